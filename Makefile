@@ -1,0 +1,41 @@
+# Two entry points for a fresh Debian machine with Python 3.11 (see README):
+#   make demo   installs everything, then runs one closed-loop LIBERO episode (video + timing report)
+#   make test   installs everything, then runs the test suite
+# Both are idempotent: system packages and the virtual environment are only touched when missing or stale.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+APT_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libopengl0 libosmesa6 libglib2.0-0
+export MUJOCO_GL ?= egl
+export PYOPENGL_PLATFORM ?= egl
+
+.PHONY: demo test install system-deps clean
+
+demo: install
+	$(BIN)/oxygen-gym demo
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+install: system-deps $(STAMP)
+
+# Headless MuJoCo renders through EGL on Mesa's software renderer.
+system-deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		echo "installing system packages:$$missing"; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+# torch 2.13 CPU is installed first by exact version so pip takes the CPU wheel where one is at hand.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "torch==2.13.0" || $(BIN)/python -m pip install -q "torch>=2.3"
+	$(BIN)/python -m pip install -q -e ".[sim,eval,serve,test]"
+	touch $(STAMP)
+
+clean:
+	rm -rf $(VENV) build *.egg-info

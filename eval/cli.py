@@ -1,0 +1,52 @@
+"""The `oxygen-gym` command line. Each subcommand lives in its own module exposing
+`add_arguments(parser)` and `run(args) -> int`; a subcommand whose module is not there says so and exits 2."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("oxygen_gym.eval.demo", "one closed-loop LIBERO episode with the built-in model: video + timing report"),
+    "eval": ("oxygen_gym.eval.libero_eval", "closed-loop LIBERO evaluation (resumable, sharded, Ray)"),
+    "bench": ("oxygen_gym.eval.bench.cli", "side-by-side speed benchmarks of every execution mode"),
+    "serve": ("oxygen_gym.eval.serve", "serve a policy over websockets (openpi-compatible)"),
+}
+
+
+def _load(name: str):
+    module_name = SUBCOMMANDS[name][0]
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name and (e.name == module_name or module_name.startswith(e.name + ".")):
+            return None
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="oxygen-gym", description="Multi-task VLA inference with a shared KV cache.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    wanted = argv[0] if argv and argv[0] in SUBCOMMANDS else None
+    for name, (_, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == wanted:
+            module = _load(name)
+            if module is None:
+                print(f"oxygen-gym {name}: not available in this build (module {SUBCOMMANDS[name][0]} is missing)", file=sys.stderr)
+                return 2
+            module.add_arguments(p)
+            p.set_defaults(_run=module.run)
+    if not argv:
+        parser.print_help()
+        return 2
+    if argv[0] not in SUBCOMMANDS and not argv[0].startswith("-"):
+        print(f"oxygen-gym: unknown command {argv[0]!r}; expected one of {', '.join(SUBCOMMANDS)}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
+    return int(args._run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

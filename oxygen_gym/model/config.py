@@ -1,0 +1,127 @@
+"""Model dimensions: the reference-compatible seam (api.md) plus the built-in configs."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class GemmaDims:
+    """One Gemma stack (the VLM backbone or the action expert)."""
+
+    width: int
+    depth: int
+    mlp_dim: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+
+    def __post_init__(self) -> None:
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+
+
+@dataclass(frozen=True)
+class VisionDims:
+    """SigLIP vision tower (no pooling head)."""
+
+    width: int
+    depth: int
+    mlp_dim: int
+    num_heads: int
+    patch_size: int = 14
+    image_size: int = 224
+
+    @property
+    def num_patches(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+
+@dataclass(frozen=True)
+class PI05Config:
+    """pi0.5 = SigLIP + Gemma backbone + Gemma action expert with adaRMS time conditioning."""
+
+    vlm: GemmaDims
+    expert: GemmaDims
+    vision: VisionDims
+    vocab_size: int = 257152
+    action_dim: int = 32
+    action_horizon: int = 50
+    max_token_len: int = 200
+    num_steps: int = 10
+    min_period: float = 4e-3
+    max_period: float = 4.0
+    rope_base: float = 10000.0
+    discrete_state: bool = True
+    image_slots: tuple[str, ...] = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.vlm.depth != self.expert.depth:
+            raise ValueError("backbone and expert must have the same depth (joint attention per layer)")
+        if (self.vlm.num_heads, self.vlm.num_kv_heads, self.vlm.head_dim) != (
+            self.expert.num_heads,
+            self.expert.num_kv_heads,
+            self.expert.head_dim,
+        ):
+            raise ValueError("backbone and expert must share heads and head_dim (joint attention)")
+
+    @staticmethod
+    def named(name: str, vocab_size: int | None = None) -> "PI05Config":
+        """The built-in configs: `tiny` (tests), `small` (CPU benchmarks), `pi05` (the real 3.35 B dims)."""
+        if name not in BUILTIN:
+            raise ValueError(f"unknown model config {name!r}; expected one of {sorted(BUILTIN)}")
+        cfg = BUILTIN[name]
+        if vocab_size is not None:
+            cfg = PI05Config(**{**cfg.to_dict(), "vocab_size": vocab_size})
+        return cfg
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["vlm"] = GemmaDims(**d["vlm"])
+        d["expert"] = GemmaDims(**d["expert"])
+        d["vision"] = VisionDims(**d["vision"])
+        d["image_slots"] = tuple(d["image_slots"])
+        return d
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["image_slots"] = list(d["image_slots"])
+        return d
+
+    @staticmethod
+    def from_json(d: dict) -> "PI05Config":
+        d = dict(d)
+        d["vlm"] = GemmaDims(**d["vlm"])
+        d["expert"] = GemmaDims(**d["expert"])
+        d["vision"] = VisionDims(**d["vision"])
+        if "image_slots" in d:
+            d["image_slots"] = tuple(d["image_slots"])
+        return PI05Config(**d)
+
+
+# Built-in tokenizer vocabulary (oxygen_gym/assets/builtin_tokenizer.model) is 1024 pieces.
+BUILTIN_VOCAB = 1024
+
+BUILTIN: dict[str, PI05Config] = {
+    # The dims of the lerobot fixture: a full act() in a few tens of ms on a 2-core CPU.
+    "tiny": PI05Config(
+        vlm=GemmaDims(width=128, depth=2, mlp_dim=256, num_heads=8, num_kv_heads=1, head_dim=32),
+        expert=GemmaDims(width=64, depth=2, mlp_dim=128, num_heads=8, num_kv_heads=1, head_dim=32),
+        vision=VisionDims(width=64, depth=2, mlp_dim=128, num_heads=2),
+        vocab_size=BUILTIN_VOCAB,
+    ),
+    # CPU benchmark model; dims chosen so prefill : denoise : decode step come near the paper's 44 : 20 : 13
+    # on 2 cores (measured numbers in docs/benchmarks.md).
+    "small": PI05Config(
+        vlm=GemmaDims(width=512, depth=12, mlp_dim=2048, num_heads=8, num_kv_heads=1, head_dim=64),
+        expert=GemmaDims(width=256, depth=12, mlp_dim=1024, num_heads=8, num_kv_heads=1, head_dim=64),
+        vision=VisionDims(width=192, depth=4, mlp_dim=768, num_heads=3),
+        vocab_size=BUILTIN_VOCAB,
+    ),
+    "pi05": PI05Config(
+        vlm=GemmaDims(width=2048, depth=18, mlp_dim=16384, num_heads=8, num_kv_heads=1, head_dim=256),
+        expert=GemmaDims(width=1024, depth=18, mlp_dim=4096, num_heads=8, num_kv_heads=1, head_dim=256),
+        vision=VisionDims(width=1152, depth=27, mlp_dim=4304, num_heads=16),
+        vocab_size=257152,
+    ),
+}

@@ -1,0 +1,27 @@
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+
+FIXTURE_DIR = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "lerobot_pi05_tiny"
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA (no GPU on this machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def lerobot_fixture_dir() -> Path:
+    if not (FIXTURE_DIR / "reference.npz").exists():
+        pytest.skip(f"lerobot PI05 fixture not found at {FIXTURE_DIR} (it lives in ../shared beside the checkout)")
+    return FIXTURE_DIR
