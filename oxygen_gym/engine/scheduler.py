@@ -1,0 +1,205 @@
+"""One frame, per execution mode. Read `_oxygen` top to bottom: prefill into a slot, fan the slot out to the
+action expert, admit language requests, decode k steps for every in-flight request, evict the finished.
+
+isolated     action prefill + denoise; every new request gets its own prefill and decodes to completion
+shared       one prefill serves the action expert and the frame's requests, which decode to completion
+oxygen       one prefill; new requests join the in-flight batch; the batch decodes k steps; finished leave
+upper_bound  like oxygen, but each request decodes only k tokens and is dropped (benchmarks' bound)
+"""
+from __future__ import annotations
+
+from collections import deque
+import torch
+
+from ..model.pi05 import PI05Model
+from .frame import FrameInput, FrameResult, FrameStats, PrefixInputs
+from .request import Request, RequestTable
+from .sampling import choose_tokens
+from .slots import SlotPool
+from .timing import StageTimer
+
+MODES = ("isolated", "shared", "oxygen", "upper_bound")
+
+
+class CapacityError(ValueError):
+    """A request that can never fit a slot."""
+
+
+class FrameScheduler:
+    def __init__(self, model: PI05Model, pool: SlotPool, mode: str, *, num_steps: int | None = None) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.model = model
+        self.pool = pool
+        self.mode = mode
+        self.num_steps = num_steps or model.config.num_steps
+        self.table = RequestTable(pool)
+        self.waiting: deque[tuple[Request, PrefixInputs]] = deque()
+        self.timer = StageTimer(model.device)
+        self.total_queued = 0  # requests that ever had to wait for a slot
+
+    # ------------------------------------------------------------------ public
+    def run(self, frame: FrameInput, k: int) -> FrameResult:
+        return self._run(frame, k, getattr(self, f"_{self.mode}"))
+
+    def run_language_only(self, frame: FrameInput) -> FrameResult:
+        """Isolated language path alone (the `parallel` baseline's language worker); actions are None."""
+        return self._run(frame, 0, self._isolated_language)
+
+    def _run(self, frame: FrameInput, k: int, body) -> FrameResult:
+        for r in frame.new_requests:
+            self._check_fits(r, frame.prefix)
+        self.timer.start_frame()
+        self._advanced: dict[int, tuple[Request, list[int]]] = {}
+        self._batch_sizes: list[int] = []
+        actions = body(frame, k)
+        frame_ms, stage_ms = self.timer.read()
+        stats = FrameStats(
+            frame=frame.frame,
+            frame_ms=frame_ms,
+            stage_ms=stage_ms,
+            batch_sizes=self._batch_sizes,
+            tokens=sum(self._batch_sizes),
+            active=len(self.table),
+            queued=len(self.waiting),
+            pool_used=self.pool.active,
+        )
+        return FrameResult(actions, list(self._advanced.values()), stats)
+
+    def in_flight(self) -> list[Request]:
+        return list(self.table.by_slot) + [r for r, _ in self.waiting]
+
+    def reset(self) -> None:
+        self.table.clear()
+        self.waiting.clear()
+
+    # ------------------------------------------------------------------ modes
+    def _oxygen(self, frame: FrameInput, k: int) -> torch.Tensor:
+        self._admit_waiting()
+        slot, owner = self._frame_slot(frame.new_requests)
+        n, actions = self._prefill_and_denoise(frame, slot)
+        self._admit_new(frame, owner, slot, n)
+        self._decode(steps=k)
+        return actions
+
+    def _upper_bound(self, frame: FrameInput, k: int) -> torch.Tensor:
+        for r in frame.new_requests:
+            r.max_new_tokens = min(r.max_new_tokens, k)
+        return self._oxygen(frame, k)
+
+    def _shared(self, frame: FrameInput, k: int) -> torch.Tensor:
+        slot, owner = self._frame_slot(frame.new_requests)
+        n, actions = self._prefill_and_denoise(frame, slot)
+        self._admit_new(frame, owner, slot, n)
+        self._decode(steps=None)
+        while self.waiting:  # a pool smaller than the frame's task count: the rest run after, still this frame
+            self._admit_waiting()
+            self._decode(steps=None)
+        return actions
+
+    def _isolated(self, frame: FrameInput, k: int) -> torch.Tensor:
+        _, actions = self._prefill_and_denoise(frame, self.pool.scratch)
+        self._isolated_language(frame, k)
+        return actions
+
+    def _isolated_language(self, frame: FrameInput, k: int) -> None:
+        for r in frame.new_requests:
+            with self._manager():
+                slot = self.table.persist(r)
+            n = self._prefill(frame.prefix, slot)
+            self._start(r, n)
+            self._decode(steps=None)
+
+    # ------------------------------------------------------------------ stages
+    def _prefill(self, prefix_inputs: PrefixInputs, slot: int) -> int:
+        with self.timer.stage("prefill"):
+            p = prefix_inputs
+            prefix = self.model.embed_prefix(p.images, p.image_masks, p.tokens, p.token_masks)
+            self.model.prefill(self.pool.view(slot, slot + 1), prefix)
+        self._prefix_lengths = prefix.lengths
+        return int(prefix.lengths[0])
+
+    def _prefill_and_denoise(self, frame: FrameInput, slot: int) -> tuple[int, torch.Tensor]:
+        n = self._prefill(frame.prefix, slot)
+        with self.timer.stage("denoise"):
+            actions = self.model.denoise(self.pool.view(slot, slot + 1), self._prefix_lengths, frame.noise, self.num_steps)
+        return n, actions
+
+    def _start(self, r: Request, prefix_len: int) -> None:
+        """Write the task prompt after the prefix (all but its last token, which the first decode step feeds)."""
+        r.prefix_len = r.length = prefix_len
+        head = r.prompt_ids[:-1]
+        if head:
+            with self.timer.stage("prefill"):
+                tokens = torch.tensor([head], dtype=torch.long, device=self.model.device)
+                start = torch.tensor([prefix_len], dtype=torch.long, device=self.model.device)
+                self.model.extend(self.pool.view(r.slot, r.slot + 1), tokens, start)
+        r.length = prefix_len + len(head)
+        r.pending = r.prompt_ids[-1]
+        self.pool.lengths[r.slot] = r.length
+
+    def _decode(self, steps: int | None) -> None:
+        """Decode `steps` tokens for every active request (None: until all are done). Finished requests leave
+        the batch right away, so the next step's batch is again the contiguous view [0, active)."""
+        step = 0
+        while len(self.table) and (steps is None or step < steps):
+            with self._manager():
+                batch = self.table.fetch(self.model.device)
+            with self.timer.stage("decode"):
+                logits = self.model.decode_step(self.pool.view(0, batch.size), batch.last_tokens, batch.positions)
+                tokens = choose_tokens(logits, batch.requests)
+            with self._manager():
+                self.table.update(batch, tokens)
+                for r, t in zip(batch.requests, tokens):
+                    self._advanced.setdefault(r.request_id, (r, []))[1].append(t)
+                self.table.evict_finished()
+            self._batch_sizes.append(batch.size)
+            step += 1
+
+    # ------------------------------------------------------------------ admission
+    def _frame_slot(self, new: list[Request]) -> tuple[int, Request | None]:
+        """The slot this frame's prefill writes: the first new request's own slot if one is free, else scratch."""
+        with self._manager():
+            if new and not self.waiting and self.pool.can_allocate():
+                return self.table.persist(new[0]), new[0]
+        return self.pool.scratch, None
+
+    def _admit_new(self, frame: FrameInput, owner: Request | None, slot: int, n: int) -> None:
+        for r in frame.new_requests:
+            if r is owner:
+                self._start(r, n)
+                continue
+            with self._manager():
+                admitted = not self.waiting and self.pool.can_allocate()
+                if admitted:
+                    self.table.persist(r)
+                    self.pool.copy(slot, r.slot, n)
+                else:
+                    self.waiting.append((r, frame.prefix))
+                    self.total_queued += 1
+            if admitted:
+                self._start(r, n)
+
+    def _admit_waiting(self) -> None:
+        """Queued requests (FIFO) take free slots before this frame's new ones; their prefix is prefilled again."""
+        while self.waiting and self.pool.can_allocate():
+            with self._manager():
+                r, prefix_inputs = self.waiting.popleft()
+                self.table.persist(r)
+            n = self._prefill(prefix_inputs, r.slot)
+            self._start(r, n)
+
+    def _manager(self):
+        return self.timer.stage("manager")
+
+    def _check_fits(self, r: Request, prefix: PrefixInputs) -> None:
+        if not r.prompt_ids:
+            raise ValueError(f"request {r.request_id} ({r.task}): empty prompt")
+        n = len(prefix.image_masks) * self.model.config.vision.num_patches + int(prefix.token_masks[0].sum())
+        horizon = self.model.config.action_horizon
+        need = max(n + horizon, n + len(r.prompt_ids) - 1 + r.max_new_tokens)
+        if need > self.pool.capacity:
+            raise CapacityError(
+                f"request {r.request_id} ({r.task!r}): prefix {n} + prompt {len(r.prompt_ids)} + max_new_tokens "
+                f"{r.max_new_tokens} needs {need} cache positions; slot capacity is {self.pool.capacity}"
+            )

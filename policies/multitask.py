@@ -1,0 +1,266 @@
+"""MultiTaskPolicy: `act(obs) -> (actions, language_updates)` over one shared KV cache (api.md)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from oxygen_gym.engine.budget import make_budget
+from oxygen_gym.engine.frame import FrameInput
+from oxygen_gym.engine.parallel import ParallelExecutor
+from oxygen_gym.engine.request import Request
+from oxygen_gym.engine.scheduler import MODES, FrameScheduler
+from oxygen_gym.engine.slots import SlotPool, default_num_slots, slot_bytes
+from oxygen_gym.engine.timing import STAGES, peak_memory_bytes, peak_rss_bytes
+from oxygen_gym.model.config import BUILTIN, PI05Config
+from oxygen_gym.model.pi05 import PI05Model
+
+from . import normalize
+from .inputs import build_prefix_inputs, check_observation
+from .language import LanguageTask, LanguageUpdate, TextStream
+from .robots import RobotSpec, get_robot
+
+POLICY_MODES = ("oxygen", "shared", "isolated", "parallel", "upper_bound")
+
+
+def _seed_for(*parts: int) -> int:
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
+class MultiTaskPolicy:
+    """Actions every call, plus language from the same observation through one shared prefill.
+
+    Use `from_pretrained`; the constructor takes an already-built model.
+    """
+
+    def __init__(
+        self,
+        model: PI05Model,
+        tokenizer,
+        *,
+        robot: str | RobotSpec = "libero",
+        tasks: list[LanguageTask] | tuple[LanguageTask, ...] = (),
+        decode_budget: int | str = 5,
+        target_action_hz: float | None = None,
+        language_deadline_s: float | None = None,
+        mode: str = "oxygen",
+        seed: int = 0,
+        norm_stats: dict | None = None,
+        action_horizon: int | None = None,
+        num_steps: int | None = None,
+        num_slots: int | None = None,
+    ) -> None:
+        self.robot = robot if isinstance(robot, RobotSpec) else get_robot(robot)
+        if mode not in POLICY_MODES:
+            raise ValueError(f"mode: unknown mode {mode!r}; expected one of {POLICY_MODES}")
+        tasks = list(tasks)
+        for t in tasks:
+            if not isinstance(t, LanguageTask):
+                raise ValueError(f"tasks must be LanguageTask objects, got {type(t).__name__}")
+        if len({t.name for t in tasks}) != len(tasks):
+            raise ValueError(f"tasks: names must be unique, got {[t.name for t in tasks]}")
+        self.model, self.tokenizer, self.tasks, self.mode, self.seed = model, tokenizer, tasks, mode, int(seed)
+        cfg = model.config
+        self.horizon = int(action_horizon or self.robot.horizon)
+        if self.horizon <= 0:
+            raise ValueError(f"action_horizon must be > 0, got {self.horizon}")
+        if self.robot.action_dim > cfg.action_dim:
+            raise ValueError(f"robot {self.robot.name!r} needs {self.robot.action_dim} action dims; model has {cfg.action_dim}")
+        self.num_steps = int(num_steps or cfg.num_steps)
+        self.budget = make_budget(
+            decode_budget, target_action_hz=target_action_hz, horizon=self.horizon, language_deadline_s=language_deadline_s
+        )
+        self.state_norm = normalize.from_stats(norm_stats, "state", "observation.state")
+        self.action_norm = normalize.from_stats(norm_stats, "actions", "action")
+        self._task_prompt_ids = {t.name: tokenizer.encode(" " + t.prompt.strip() + "\n") for t in tasks}
+        self.model_slots = tuple(s for s in cfg.image_slots)
+        max_prefix = len(self.model_slots) * cfg.vision.num_patches + cfg.max_token_len
+        max_cont = max((len(self._task_prompt_ids[t.name]) + t.max_new_tokens for t in tasks), default=0)
+        capacity = max_prefix + max(self.horizon, max_cont)
+        per_slot = slot_bytes(
+            layers=cfg.vlm.depth, kv_heads=cfg.vlm.num_kv_heads, head_dim=cfg.vlm.head_dim, capacity=capacity, dtype=model.dtype
+        )
+        if num_slots is None:
+            num_slots = default_num_slots(per_slot, model.device)
+        if num_slots < 1:
+            raise ValueError(f"num_slots must be >= 1, got {num_slots}")
+        pool_args = dict(
+            num_slots=num_slots, capacity=capacity, layers=cfg.vlm.depth, kv_heads=cfg.vlm.num_kv_heads,
+            head_dim=cfg.vlm.head_dim, device=model.device, dtype=model.dtype,
+        )
+        if mode == "parallel":
+            self.engine = ParallelExecutor(model, pool_args)
+            self._pool_bytes = 2 * per_slot * (num_slots + 1)  # one pool per worker
+        else:
+            self.pool = SlotPool(**pool_args)
+            self.engine = FrameScheduler(model, self.pool, mode, num_steps=self.num_steps)
+            self._pool_bytes = self.pool.nbytes()
+        self._model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        self._next_request_id = 0
+        self._streams: dict[int, TextStream] = {}
+        self._started_at: dict[int, float] = {}
+        self._records: list[dict] = []
+        self.frame = 0
+        self.last_frame: dict | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_pretrained(
+        cls,
+        name_or_path: str | Path = "tiny",
+        *,
+        robot: str = "libero",
+        tasks=(),
+        decode_budget: int | str = 5,
+        target_action_hz: float | None = None,
+        language_deadline_s: float | None = None,
+        mode: str = "oxygen",
+        device: str = "cpu",
+        dtype: torch.dtype | None = None,
+        seed: int = 0,
+        **kwargs,
+    ) -> "MultiTaskPolicy":
+        """A built-in model name (`tiny`, `small`, `pi05`: random weights from `seed`) or a pi0.5 checkpoint
+        (local folder or hub id, lerobot's safetensors layout)."""
+        from oxygen_gym.model.init import build_model, default_dtype
+        from oxygen_gym.model.tokenizer import tokenizer_for
+
+        if mode not in POLICY_MODES:
+            raise ValueError(f"mode: unknown mode {mode!r}; expected one of {POLICY_MODES}")
+        get_robot(robot)
+        dev = torch.device(device)
+        dtype = dtype or default_dtype(dev)
+        if isinstance(name_or_path, str) and name_or_path in BUILTIN:
+            model = build_model(PI05Config.named(name_or_path), seed=seed, device=dev, dtype=dtype)
+            tokenizer, stats = tokenizer_for(model.config.vocab_size), None
+        else:
+            from oxygen_gym.model.loading import load_pretrained
+
+            model = load_pretrained(name_or_path, device=dev, dtype=dtype)
+            folder = getattr(model, "checkpoint_dir", None) or name_or_path
+            tokenizer, stats = tokenizer_for(model.config.vocab_size, folder), getattr(model, "norm_stats", None)
+        return cls(
+            model, tokenizer, robot=robot, tasks=tasks, decode_budget=decode_budget, target_action_hz=target_action_hz,
+            language_deadline_s=language_deadline_s, mode=mode, seed=seed, norm_stats=stats, **kwargs,
+        )
+
+    # ------------------------------------------------------------------ the loop
+    def act(self, obs: dict) -> tuple[np.ndarray, list[LanguageUpdate]]:
+        if self._closed:
+            raise RuntimeError("policy is closed")
+        images, state, prompt = check_observation(obs, self.robot)
+        cfg = self.model.config
+        prefix = build_prefix_inputs(
+            images, state, prompt, robot=self.robot, model_slots=self.model_slots, image_size=cfg.vision.image_size,
+            tokenizer=self.tokenizer, max_token_len=cfg.max_token_len, discrete_state=cfg.discrete_state,
+            state_normalizer=self.state_norm, device=self.model.device,
+        )
+        frame = self.frame
+        noise_gen = torch.Generator().manual_seed(_seed_for(self.seed, frame))
+        noise = torch.randn(1, self.horizon, cfg.action_dim, generator=noise_gen).to(self.model.device)
+        new = [self._new_request(t, frame) for t in self.tasks if frame % t.every == 0]
+        in_flight = self.engine.in_flight() + new
+        now = time.perf_counter()
+        k = self.budget.choose(
+            len(in_flight), [r.remaining for r in in_flight], [now - self._started_at.get(r.request_id, now) for r in in_flight]
+        )
+        result = self.engine.run(FrameInput(frame, prefix, noise, new), k)
+        self.frame += 1
+        for r in new:
+            self._started_at[r.request_id] = now
+        self.budget.observe(result.stats.stage_ms, result.stats.batch_sizes, result.stats.stage_ms["decode"])
+        actions = result.actions[0, : self.horizon, : self.robot.action_dim].float().cpu().numpy()
+        actions = self.robot.actions_from_model(self.action_norm.unnormalize(actions)).astype(np.float32)
+        updates = [self._update(r, toks) for r, toks in result.advanced]
+        self._record(result.stats, k)
+        return actions, updates
+
+    def _new_request(self, task: LanguageTask, frame: int) -> Request:
+        rid = self._next_request_id
+        self._next_request_id += 1
+        self._streams[rid] = TextStream(self.tokenizer.decode, frozenset({self.tokenizer.eos_id}))
+        return Request(
+            request_id=rid, task=task.name, frame=frame, prompt_ids=list(self._task_prompt_ids[task.name]),
+            max_new_tokens=task.max_new_tokens, eos_id=self.tokenizer.eos_id, temperature=task.temperature,
+            seed=_seed_for(self.seed, rid, 1),
+        )
+
+    def _update(self, r: Request, tokens: list[int]) -> LanguageUpdate:
+        stream = self._streams[r.request_id]
+        delta = stream.push(tokens, r.done)
+        if r.done:
+            del self._streams[r.request_id]
+            self._started_at.pop(r.request_id, None)
+        return LanguageUpdate(r.request_id, r.task, r.frame, tuple(tokens), delta, stream.text, r.done)
+
+    def _record(self, stats, k: int) -> None:
+        rec = {
+            "frame": stats.frame,
+            "frame_ms": stats.frame_ms,
+            "stage_ms": dict(stats.stage_ms),
+            "tokens": stats.tokens,
+            "batch_sizes": list(stats.batch_sizes),
+            "batch_size": max(stats.batch_sizes, default=0),
+            "k": k,
+            "active": stats.active,
+            "queued": stats.queued,
+        }
+        self._records.append(rec)
+        self.last_frame = rec
+
+    # ------------------------------------------------------------------ bookkeeping
+    def reset(self) -> None:
+        """Episode boundary: drop in-flight requests; the frame counter restarts at 0."""
+        self.engine.reset()
+        self._streams.clear()
+        self._started_at.clear()
+        self.frame = 0
+
+    def stats(self) -> dict:
+        recs = self._records
+        frame_ms = np.array([r["frame_ms"] for r in recs]) if recs else np.zeros(0)
+        steps = [b for r in recs for b in r["batch_sizes"]]
+        total_s = frame_ms.sum() / 1e3
+        stage = {s: float(np.mean([r["stage_ms"].get(s, 0.0) for r in recs])) if recs else 0.0 for s in STAGES}
+        out = {
+            "frames": len(recs),
+            "action_hz": float(self.horizon / (frame_ms.mean() / 1e3)) if recs else 0.0,
+            "language_tokens_per_s": float(sum(r["tokens"] for r in recs) / total_s) if total_s else 0.0,
+            "mean_batch_size": float(np.mean(steps)) if steps else 0.0,
+            "frame_ms": {
+                "mean": float(frame_ms.mean()) if recs else 0.0,
+                "p50": float(np.percentile(frame_ms, 50)) if recs else 0.0,
+                "p99": float(np.percentile(frame_ms, 99)) if recs else 0.0,
+            },
+            "stage_ms": stage,
+            **stage,
+            "peak_memory_bytes": peak_memory_bytes(self.model.device, self._model_bytes + self._pool_bytes),
+            "peak_rss_bytes": peak_rss_bytes(),
+            "tokens": int(sum(r["tokens"] for r in recs)),
+            "mode": self.mode,
+            "queued_requests": int(getattr(self.engine, "total_queued", 0)),
+            "deadline_misses": int(getattr(self.budget, "deadline_misses", 0)),
+        }
+        return out
+
+    def close(self) -> None:
+        if not self._closed:
+            close = getattr(self.engine, "close", None)
+            if close:
+                close()
+            self._closed = True
+
+    def __enter__(self) -> "MultiTaskPolicy":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass

@@ -1,0 +1,62 @@
+"""The system's correctness guarantee: sharing the prefill and batching across frames changes nothing.
+
+For the same weights, observations and per-frame noise, every request's tokens are identical in `isolated`,
+`shared` and `oxygen` (greedy), and actions agree to fp32 rounding."""
+import numpy as np
+import pytest
+import torch
+
+from engine_workloads import make_workload, run_workload
+from oxygen_gym.model.init import build_model
+
+ACTION_ATOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    return build_model("tiny", seed=3)
+
+
+@pytest.mark.parametrize("seed,k", [(11, 1), (12, 3), (13, 5)])
+def test_modes_agree_on_randomized_workloads(tiny, seed, k):
+    workload = make_workload(seed, frames=14, max_tasks=3)
+    ref_tokens, ref_actions, _ = run_workload(tiny, "isolated", workload, k=k)
+    assert len(ref_tokens) >= 10
+    # The check is only meaningful if the model produces varied text.
+    all_tokens = [t for seq in ref_tokens.values() for t in seq]
+    assert len(set(all_tokens)) > 5, "the random model's output is degenerate; equivalence would be vacuous"
+    for mode in ("shared", "oxygen"):
+        tokens, actions, sched = run_workload(tiny, mode, workload, k=k)
+        assert tokens == ref_tokens, f"{mode} generated different text than isolated"
+        for f, (a, b) in enumerate(zip(actions, ref_actions)):
+            torch.testing.assert_close(a, b, atol=ACTION_ATOL, rtol=1e-5, msg=lambda m: f"{mode} frame {f}: {m}")
+        assert sched.pool.active == 0
+
+
+def test_oxygen_batches_across_frames(tiny):
+    workload = make_workload(21, frames=10, max_tasks=2)
+    batch_sizes = []
+    tokens, _, sched = run_workload(tiny, "oxygen", workload, k=2, check=lambda s: None)
+    # Re-run capturing batch sizes through the scheduler's frame stats.
+    from oxygen_gym.engine.frame import FrameInput
+    from oxygen_gym.engine.request import Request
+
+    sched.reset()
+    rid = 0
+    for f, (prefix, noise, arrivals) in enumerate(workload):
+        reqs = [Request(rid + i, t, f, p, max_new_tokens=n, eos_id=1) for i, (t, p, n) in enumerate(arrivals)]
+        rid += len(reqs)
+        res = sched.run(FrameInput(f, prefix, noise, reqs), 2)
+        batch_sizes += res.stats.batch_sizes
+        assert len(res.stats.batch_sizes) <= 2  # never more than k decode steps per frame
+    assert max(batch_sizes) > 1, "requests from different frames never shared a decode step"
+
+
+def test_upper_bound_decodes_only_k_tokens(tiny):
+    workload = make_workload(5, frames=6, max_tasks=2)
+    tokens, _, _ = run_workload(tiny, "upper_bound", workload, k=2)
+    ref, _, _ = run_workload(tiny, "isolated", workload, k=2)
+    for rid, seq in tokens.items():
+        assert len(seq) <= 2
+        assert seq == ref[rid][: len(seq)]
