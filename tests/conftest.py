@@ -6,6 +6,12 @@ import pytest
 os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
 
+# Tests check behaviour, not speed: one intra-op thread avoids OpenMP spin-waiting when the two cores are
+# shared with simulator subprocesses (measured 10x slower with 2 threads under load).
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
 FIXTURE_DIR = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "lerobot_pi05_tiny"
 
 
