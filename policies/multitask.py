@@ -212,8 +212,11 @@ class MultiTaskPolicy:
         self.last_frame = rec
 
     # ------------------------------------------------------------------ bookkeeping
-    def reset(self) -> None:
-        """Episode boundary: drop in-flight requests; the frame counter restarts at 0."""
+    def reset(self, seed: int | None = None) -> None:
+        """Episode boundary: drop in-flight requests; the frame counter restarts at 0. A new `seed` changes the
+        action noise and sampling from here on (a built-in model's weights stay those of the original seed)."""
+        if seed is not None:
+            self.seed = int(seed)
         self.engine.reset()
         self._streams.clear()
         self._started_at.clear()

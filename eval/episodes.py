@@ -1,0 +1,155 @@
+"""The deterministic episode set of an evaluation and its `--shard i/n` partition.
+
+An episode is identified by (suite, task_id, seed, episode); its init state is the episode index (openpi's protocol).
+The set is a pure function of the selection, so any launcher (SLURM arrays, several machines, Ray) can split it
+without talking to the others, and an episode's result never depends on which process ran it.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+
+# The four LIBERO suites the pi0.5 paper reports, in its table order; `all` means these.
+SUITES: tuple[str, ...] = ("libero_spatial", "libero_object", "libero_goal", "libero_10")
+TASKS_PER_SUITE = 10
+INIT_STATES_PER_TASK = 50  # LIBERO ships 50 fixed init states per task
+
+_ALIASES = {"spatial": "libero_spatial", "object": "libero_object", "goal": "libero_goal", "10": "libero_10",
+            "long": "libero_10"}
+
+
+@dataclass(frozen=True, order=True)
+class EpisodeSpec:
+    """One closed-loop episode to run: what a worker needs to know, nothing more."""
+
+    suite: str
+    task_id: int
+    seed: int
+    episode: int
+
+    @property
+    def init_state(self) -> int:
+        return self.episode % INIT_STATES_PER_TASK
+
+    @property
+    def key(self) -> tuple[str, int, int, int]:
+        return (self.suite, self.task_id, self.seed, self.episode)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "init_state": self.init_state}
+
+    @classmethod
+    def from_record(cls, record: dict) -> EpisodeSpec:
+        return cls(str(record["suite"]), int(record["task_id"]), int(record["seed"]), int(record["episode"]))
+
+
+def record_key(record: dict) -> tuple[str, int, int, int]:
+    """The episode key of a results record (same tuple as `EpisodeSpec.key`)."""
+    return EpisodeSpec.from_record(record).key
+
+
+def parse_suites(text: str | Sequence[str]) -> list[str]:
+    """`libero_spatial`, `spatial,object`, `all`, or a list of those -> canonical suite names in table order."""
+    items = [text] if isinstance(text, str) else list(text)
+    names: list[str] = []
+    for item in items:
+        for part in str(item).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if part == "all":
+                names.extend(SUITES)
+                continue
+            name = _ALIASES.get(part, part)
+            if name not in SUITES:
+                raise ValueError(f"--suite: unknown suite {part!r}; expected one of {', '.join(SUITES)} or 'all' "
+                                 f"(short forms: {', '.join(_ALIASES)})")
+            names.append(name)
+    if not names:
+        raise ValueError("--suite: no suite given; expected e.g. libero_spatial or all")
+    return [s for s in SUITES if s in names]
+
+
+def _parse_int_list(text: str, field: str) -> list[int]:
+    """`0,1,5-7` -> [0, 1, 5, 6, 7]."""
+    values: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if "-" in part[1:]:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if hi < lo:
+                    raise ValueError
+                values.extend(range(lo, hi + 1))
+            else:
+                values.append(int(part))
+        except ValueError:
+            raise ValueError(f"{field}: cannot read {part!r}; expected integers like 0,1,2 "
+                             f"or a range like 0-9") from None
+    if not values:
+        raise ValueError(f"{field}: empty; expected integers like 0,1,2 or a range like 0-9")
+    if len(set(values)) != len(values):
+        raise ValueError(f"{field}: {text!r} lists a value twice")
+    return values
+
+
+def parse_tasks(text: str | None) -> list[int] | None:
+    """`--tasks`: None or 'all' = every task of each suite; else ids in 0..9."""
+    if text is None or str(text).strip() == "all":
+        return None
+    ids = _parse_int_list(text, "--tasks")
+    bad = [t for t in ids if not 0 <= t < TASKS_PER_SUITE]
+    if bad:
+        raise ValueError(f"--tasks: task id(s) {bad} out of range; "
+                         f"each LIBERO suite has tasks 0..{TASKS_PER_SUITE - 1}")
+    return sorted(ids)
+
+
+def parse_seeds(text: str) -> list[int]:
+    """`--seeds 7` or `--seeds 7,8,9` (several seeds give seed-level confidence intervals)."""
+    seeds = _parse_int_list(text, "--seeds")
+    if any(s < 0 for s in seeds):
+        raise ValueError(f"--seeds: seeds must be >= 0, got {seeds}")
+    return seeds
+
+
+def check_episodes(n: int) -> int:
+    if not 1 <= n <= INIT_STATES_PER_TASK:
+        raise ValueError(f"--episodes: {n} per task is out of range; expected 1..{INIT_STATES_PER_TASK} "
+                         f"(episode i starts from LIBERO's init state i)")
+    return n
+
+
+def build_episode_set(suites: Iterable[str], tasks: Sequence[int] | None, episodes: int,
+                      seeds: Sequence[int]) -> list[EpisodeSpec]:
+    """Every (suite, task, seed, episode) of the selection, in one canonical order."""
+    check_episodes(episodes)
+    task_ids = list(range(TASKS_PER_SUITE)) if tasks is None else sorted(tasks)
+    return [EpisodeSpec(suite, t, seed, e)
+            for suite in parse_suites(list(suites)) for t in task_ids for seed in seeds for e in range(episodes)]
+
+
+def parse_shard(text: str | None) -> tuple[int, int]:
+    """`--shard i/n` -> (i, n) with 0 <= i < n; None -> (0, 1)."""
+    if text is None:
+        return (0, 1)
+    try:
+        i_text, n_text = str(text).split("/")
+        i, n = int(i_text), int(n_text)
+    except ValueError:
+        raise ValueError(f"--shard: cannot read {text!r}; expected i/n such as 0/4") from None
+    if n < 1 or not 0 <= i < n:
+        raise ValueError(f"--shard: {text!r} is out of range; expected 0 <= i < n, e.g. 0/4 .. 3/4")
+    return (i, n)
+
+
+def shard(specs: Sequence[EpisodeSpec], index: int, count: int) -> list[EpisodeSpec]:
+    """Shard `index` of `count`: every count-th episode of the canonical order, starting at `index`.
+
+    Round-robin rather than contiguous blocks so each shard gets a similar mix of suites (libero_10 episodes are
+    2-3x longer than libero_spatial ones) and so similar wall time."""
+    if count < 1 or not 0 <= index < count:
+        raise ValueError(f"shard {index}/{count}: expected 0 <= index < count")
+    return [s for j, s in enumerate(sorted(specs)) if j % count == index]

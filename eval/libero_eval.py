@@ -1,0 +1,139 @@
+"""`oxygen-gym eval libero ...` (closed-loop LIBERO evaluation) and `oxygen-gym eval merge ...` (combine shards).
+
+Examples:
+  oxygen-gym eval libero --suite all --episodes 50 --seeds 7,8,9 --checkpoint PATH --device cuda --out runs/x
+  oxygen-gym eval libero --suite spatial --tasks 0,1 --episodes 2 --max-steps 10 --out runs/smoke
+  oxygen-gym eval libero ... --shard 0/4 --out runs/x/shard0          # one of four machines / SLURM array tasks
+  oxygen-gym eval merge runs/x/shard0 runs/x/shard1 runs/x/shard2 runs/x/shard3 --out runs/x/all
+  oxygen-gym eval libero ... --ray                                   # local Ray, one policy per worker
+  oxygen-gym eval libero ... --ray auto --gpus-per-worker 1           # an existing Ray cluster
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .config import MODES, PROTOCOLS, EvalConfig, parse_decode_budget, parse_language_task, parse_video
+from .episodes import check_episodes, parse_seeds, parse_shard, parse_suites, parse_tasks
+from .results import ResultsError
+from .summary import SUMMARY_MD
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = __doc__.split("\n", 2)[2]
+    parser.add_argument("target", choices=("libero", "merge"),
+                        help="libero: run an evaluation; merge: combine the --out folders of shards into --out")
+    parser.add_argument("inputs", nargs="*", metavar="FOLDER", help="merge only: the results folders to combine")
+    g = parser.add_argument_group("what to evaluate")
+    g.add_argument("--suite", nargs="+", default=["libero_spatial"],
+                   help="libero_spatial, libero_object, libero_goal, libero_10 (or spatial, object, goal, 10), "
+                        "several, or all (default: libero_spatial)")
+    g.add_argument("--tasks", default=None, help="task ids per suite, e.g. 0,1 or 0-4 (default: all 10)")
+    g.add_argument("--episodes", type=int, default=None,
+                   help="episodes per task; episode i starts from init state i (default: the protocol's 50)")
+    g.add_argument("--seeds", default=None,
+                   help="one or more seeds, e.g. 7,8,9; several give a 95%% Student-t CI over seed-level success "
+                        "rates (default: the protocol's seed, 7 for openpi, 1000 for lerobot)")
+    g = parser.add_argument_group("policy")
+    g.add_argument("--checkpoint", default="tiny",
+                   help="built-in model name (tiny, small, pi05: random weights) or a pi0.5 checkpoint folder / hub id "
+                        "in lerobot's layout (default: tiny)")
+    g.add_argument("--mode", choices=MODES, default="oxygen", help="execution mode (default: oxygen)")
+    g.add_argument("--decode-budget", default="5", help="k, language tokens per request per frame, or auto (default 5)")
+    g.add_argument("--target-action-hz", type=float, default=None,
+                   help="with --decode-budget auto: the action rate to hold")
+    g.add_argument("--task", action="append", default=[], metavar="NAME[=PROMPT]", dest="language_task",
+                   help="a language task run alongside the actions; repeatable (named: narrate, plan, memory)")
+    g.add_argument("--max-new-tokens", type=int, default=30, help="token cap per language request (default 30)")
+    g.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
+    g.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
+                   help="model dtype (default: float32 on CPU, bfloat16 on CUDA)")
+    g = parser.add_argument_group("protocol and outputs")
+    g.add_argument("--protocol", choices=PROTOCOLS, default="openpi",
+                   help="openpi or lerobot presets: replan interval, step limits, render size, seed (default openpi)")
+    g.add_argument("--max-steps", type=int, default=None, help="cap on policy steps per episode (smoke runs)")
+    g.add_argument("--fast-render", action="store_true",
+                   help="render without antialiasing (~2x faster on CPU; images differ slightly from the references)")
+    g.add_argument("--video", default="none", help="all, failures, none, or N = first N episodes of each task")
+    g.add_argument("--out", default=None,
+                   help="results folder; rerunning with the same one resumes (default runs/eval)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g = parser.add_argument_group("scale-out")
+    g.add_argument("--shard", default=None, metavar="I/N",
+                   help="run only shard I of N of the episode set (deterministic; for SLURM arrays, several machines)")
+    g.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="run episodes on Ray workers; no ADDRESS starts a local Ray, or give auto / ray://host:10001")
+    g.add_argument("--workers", type=int, default=None, help="Ray workers (default: as many as resources allow)")
+    g.add_argument("--gpus-per-worker", type=float, default=None,
+                   help="GPUs per Ray worker (default 1 with --device cuda, else 0)")
+    g.add_argument("--cpus-per-worker", type=float, default=1.0, help="CPUs per Ray worker (default 1)")
+
+
+def config_from_args(args: argparse.Namespace) -> EvalConfig:
+    """Turn CLI arguments into an EvalConfig; ValueError naming the flag for anything unusable."""
+    from oxygen_gym.envs.protocols import get_libero_protocol
+
+    protocol = get_libero_protocol(args.protocol)
+    seeds = parse_seeds(args.seeds) if args.seeds is not None else [protocol.seed]
+    episodes = check_episodes(args.episodes if args.episodes is not None else protocol.episodes_per_task)
+    tasks = [parse_language_task(t, args.max_new_tokens) for t in args.language_task]
+    if args.ray is None and (args.workers is not None or args.gpus_per_worker is not None):
+        raise ValueError("--workers / --gpus-per-worker need --ray")
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers: {args.workers}; expected >= 1")
+    return EvalConfig(
+        checkpoint=str(args.checkpoint), mode=args.mode, decode_budget=parse_decode_budget(args.decode_budget),
+        target_action_hz=args.target_action_hz, language_tasks=tasks, protocol=args.protocol,
+        max_steps=args.max_steps, fast_render=args.fast_render, dtype=args.dtype, suites=parse_suites(args.suite),
+        tasks=parse_tasks(args.tasks),
+        episodes=episodes, seeds=seeds, shard=parse_shard(args.shard), device=args.device,
+        video=parse_video(args.video), out=str(args.out or "runs/eval"),
+    )
+
+
+def _run_merge(args: argparse.Namespace) -> int:
+    from .merge import merge_folders
+
+    if not args.out:
+        raise ValueError("eval merge: --out (the merged folder) is required")
+    if not args.inputs:
+        raise ValueError("eval merge: give the results folders to merge, e.g. runs/x/shard0 runs/x/shard1")
+    summary = merge_folders(args.inputs, args.out)
+    ep = summary["episodes"]
+    missing = f"; {ep['expected'] - ep['recorded']} of {ep['expected']} episodes still missing" \
+        if ep.get("expected") and ep["expected"] > ep["recorded"] else ""
+    print(f"merged {len(args.inputs)} folders: {ep['recorded']} episodes{missing}")
+    print((Path(args.out) / SUMMARY_MD).read_text())
+    print(f"results: {Path(args.out).resolve()}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.target == "merge":
+            return _run_merge(args)
+        if args.inputs:
+            raise ValueError(f"eval libero: unexpected arguments {args.inputs}")
+        config = config_from_args(args)
+        from .runner import local_executor, run_eval
+
+        executor = local_executor
+        if args.ray is not None:
+            from .distributed import ray_executor
+
+            executor = ray_executor(address=None if args.ray == "local" else args.ray, workers=args.workers,
+                                    gpus_per_worker=args.gpus_per_worker, cpus_per_worker=args.cpus_per_worker)
+        summary = run_eval(config, executor, progress=not args.no_progress)
+    except (ValueError, ResultsError) as e:  # bad input: one clear line, no traceback
+        print(f"oxygen-gym eval: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted; finished episodes are saved, rerun the same command to resume", file=sys.stderr)
+        return 130
+    out = Path(config.out)
+    print((out / SUMMARY_MD).read_text())
+    print(f"results: {(out / 'episodes.jsonl').resolve()}\n         {(out / SUMMARY_MD).resolve()}")
+    ep = summary["episodes"]
+    return 1 if ep["recorded"] and ep["ok"] == 0 else 0

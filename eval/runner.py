@@ -1,0 +1,70 @@
+"""The evaluation loop: pick the shard's unfinished episodes, run them (here or on Ray workers), append each record
+durably as it finishes, keep the summary current, show progress."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+from .config import RESULT_FIELDS, EvalConfig
+from .episodes import EpisodeSpec, build_episode_set, record_key, shard
+from .progress import EvalProgress
+from .results import ResultsError, ResultsFolder
+from .summary import write_summary
+from .worker import run_episode_spec
+
+# Runs a list of episodes and yields one record per episode as each finishes (any order).
+Executor = Callable[[list[EpisodeSpec], EvalConfig], Iterator[dict]]
+
+
+def local_executor(specs: list[EpisodeSpec], config: EvalConfig) -> Iterator[dict]:
+    """Episodes one after another in this process, with one policy kept across them (and across runs in the same
+    process with the same settings; `worker.close_worker()` releases it, as does interpreter exit)."""
+    for spec in specs:
+        yield run_episode_spec(spec, config)
+
+
+def selected_episodes(config: EvalConfig) -> list[EpisodeSpec]:
+    """This shard's part of the episode set, in a run order that keeps each task's env alive across its episodes."""
+    specs = build_episode_set(config.suites, config.tasks, config.episodes, config.seeds)
+    mine = set(shard(specs, *config.shard))
+    return [s for s in specs if s in mine]
+
+
+def check_resumable(folder: ResultsFolder, config: EvalConfig) -> None:
+    """A folder may only be resumed by a run whose results would be comparable."""
+    old = folder.read_config()
+    if old is None:
+        if folder.records:
+            raise ResultsError(f"--out {folder.out}: episodes.jsonl exists without config.json; use a new --out")
+        return
+    new = config.result_fields()
+    diffs = [k for k in RESULT_FIELDS if old.get(k) != new.get(k)]
+    if diffs:
+        detail = ", ".join(f"{k} was {old.get(k)!r}, now {new.get(k)!r}" for k in diffs)
+        raise ResultsError(f"--out {folder.out} holds results of a different evaluation ({detail}); "
+                           f"rerun with the same settings to resume, or choose a new --out")
+
+
+def run_eval(config: EvalConfig, executor: Executor = local_executor, progress: bool = True) -> dict:
+    """Run (or resume) the evaluation `config` describes; returns the summary of everything in `config.out`."""
+    specs = selected_episodes(config)
+    with ResultsFolder(config.out) as folder:
+        check_resumable(folder, config)
+        folder.write_config(config.to_dict())
+        done = folder.done_keys()
+        todo = [s for s in specs if s.key not in done]
+        spec_keys = {s.key for s in specs}
+        done_here = [r for r in folder.records if record_key(r) in spec_keys]
+        expected = len(specs)
+        desc = f"eval {config.shard[0]}/{config.shard[1]}" if config.shard[1] > 1 else "eval"
+        with EvalProgress(expected, done_here, desc=desc, disable=not progress) as bar:
+            records: Iterable[dict] = executor(todo, config) if todo else iter(())
+            try:
+                for record in records:
+                    folder.append(record)
+                    bar.update(record)
+                    write_summary(config.out, folder.records, config.to_dict(), expected)
+            finally:
+                close = getattr(records, "close", None)
+                if close is not None:
+                    close()
+        return write_summary(config.out, folder.records, config.to_dict(), expected)

@@ -1,0 +1,164 @@
+"""`summary.json` and `summary.md` from the episode records of a results folder.
+
+Success is counted over episodes that ran (status ok); episodes that raised (status error) are listed and counted
+apart, since a simulator crash says nothing about the policy. With several seeds, each seed's success rate over its
+episodes is one sample, and the interval is the Student-t 95% CI over those samples (the paper's Table 2 statistic);
+the overall seed-level rate is the mean of that seed's suite rates, as the paper averages suites.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+
+from .episodes import SUITES
+from .results import write_json_atomic, write_text_atomic
+from .stats import percentiles, t_interval
+
+SUMMARY_JSON = "summary.json"
+SUMMARY_MD = "summary.md"
+
+
+def _rate_block(ok: list[dict], seed_rates: dict[int, float]) -> dict:
+    successes = sum(bool(r["success"]) for r in ok)
+    block = {
+        "episodes": len(ok),
+        "successes": successes,
+        "success_rate": successes / len(ok) if ok else None,
+        "seed_success_rates": {str(s): v for s, v in sorted(seed_rates.items())},
+    }
+    if seed_rates:
+        ci = t_interval(list(seed_rates.values()))
+        block.update(seed_mean=ci.mean, ci95=[ci.low, ci.high] if ci.low is not None else None,
+                     ci95_half_width=ci.half_width, seeds=ci.n)
+    return block
+
+
+def _seed_rates(ok: list[dict]) -> dict[int, float]:
+    by_seed: dict[int, list[bool]] = defaultdict(list)
+    for r in ok:
+        by_seed[int(r["seed"])].append(bool(r["success"]))
+    return {s: sum(v) / len(v) for s, v in by_seed.items()}
+
+
+def _speed(ok: list[dict]) -> dict:
+    frame_ms = [x for r in ok for x in (r.get("frame_ms") or [])]
+    stages: dict[str, list[float]] = defaultdict(list)
+    for r in ok:
+        for name, ms in (r.get("stage_ms") or {}).items():
+            if ms is not None:
+                stages[name].append(float(ms))
+    return {
+        "action_hz": percentiles([r.get("action_hz") for r in ok]),
+        "language_tokens_per_s": percentiles([r.get("language_tokens_per_s") for r in ok]),
+        "frame_ms": percentiles(frame_ms, qs=(50, 90, 99)),
+        "stage_ms": {k: sum(v) / len(v) for k, v in sorted(stages.items())},
+        "episode_wall_s": percentiles([r.get("wall_s") for r in ok]),
+    }
+
+
+def summarize(records: Iterable[dict], config: dict | None = None, expected: int | None = None) -> dict:
+    """The summary of a set of episode records (any order). `expected`: episodes the selection holds, if known."""
+    records = list(records)
+    ok = [r for r in records if r.get("status") == "ok"]
+    errors = [r for r in records if r.get("status") != "ok"]
+    suites = [s for s in SUITES if any(r["suite"] == s for r in records)]
+    suites += sorted({r["suite"] for r in records} - set(suites))
+
+    per_suite = {}
+    suite_seed_rates: dict[str, dict[int, float]] = {}
+    for suite in suites:
+        s_ok = [r for r in ok if r["suite"] == suite]
+        suite_seed_rates[suite] = _seed_rates(s_ok)
+        block = _rate_block(s_ok, suite_seed_rates[suite])
+        block["errors"] = sum(r["suite"] == suite for r in errors)
+        block["tasks"] = {
+            str(t): {"episodes": len(t_ok), "successes": sum(bool(r["success"]) for r in t_ok),
+                     "success_rate": (sum(bool(r["success"]) for r in t_ok) / len(t_ok)) if t_ok else None}
+            for t in sorted({int(r["task_id"]) for r in s_ok})
+            for t_ok in [[r for r in s_ok if int(r["task_id"]) == t]]
+        }
+        per_suite[suite] = block
+
+    # a seed's overall rate: mean of its suite rates, over the suites where that seed has episodes
+    seeds = sorted({s for rates in suite_seed_rates.values() for s in rates})
+    overall_seed_rates = {}
+    for seed in seeds:
+        vals = [rates[seed] for rates in suite_seed_rates.values() if seed in rates]
+        overall_seed_rates[seed] = sum(vals) / len(vals)
+    overall = _rate_block(ok, overall_seed_rates)
+    overall["errors"] = len(errors)
+
+    return {
+        "config": config,
+        "episodes": {"recorded": len(records), "ok": len(ok), "error": len(errors), "expected": expected},
+        "overall": overall,
+        "suites": per_suite,
+        "speed": _speed(ok),
+        "errors": [{"suite": r["suite"], "task_id": r["task_id"], "seed": r["seed"], "episode": r["episode"],
+                    "error": r.get("error")} for r in errors],
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
+
+
+def _ci(block: dict) -> str:
+    if block.get("ci95"):
+        return f"{100 * block['seed_mean']:.1f} ± {100 * block['ci95_half_width']:.1f}"
+    return "n/a (needs ≥ 2 seeds)"
+
+
+def _num(stats: dict | None, key: str, fmt: str = "{:.1f}") -> str:
+    return "n/a" if not stats else fmt.format(stats[key])
+
+
+def render_markdown(summary: dict) -> str:
+    cfg = summary.get("config") or {}
+    ep = summary["episodes"]
+    lines = ["# LIBERO evaluation", ""]
+    if cfg:
+        lines += [f"checkpoint `{cfg.get('checkpoint')}`, mode `{cfg.get('mode')}`, decode budget "
+                  f"`{cfg.get('decode_budget')}`, protocol `{cfg.get('protocol')}`, max steps "
+                  f"`{cfg.get('max_steps') or 'protocol'}`, language tasks "
+                  f"`{', '.join(t['name'] for t in cfg.get('language_tasks') or []) or 'none'}`, "
+                  f"seeds `{cfg.get('seeds')}`, device `{cfg.get('device')}`", ""]
+    expected = f" of {ep['expected']} expected" if ep.get("expected") else ""
+    lines += [f"Episodes: {ep['recorded']} recorded{expected} ({ep['ok']} ran, {ep['error']} errors).", ""]
+    lines += ["| suite | success | episodes | errors | seed mean ± 95% CI (t) |",
+              "| --- | --- | --- | --- | --- |"]
+    for suite, b in summary["suites"].items():
+        lines.append(f"| {suite} | {_pct(b['success_rate'])} | {b['episodes']} | {b['errors']} | {_ci(b)} |")
+    o = summary["overall"]
+    lines.append(f"| **overall** | **{_pct(o['success_rate'])}** | {o['episodes']} | {o['errors']} | {_ci(o)} |")
+    sp = summary["speed"]
+    lines += ["", "| speed | p5 | p50 | p95 | mean |", "| --- | --- | --- | --- | --- |"]
+    for label, key in (("action Hz", "action_hz"), ("language tokens/s", "language_tokens_per_s"),
+                       ("episode wall s", "episode_wall_s")):
+        st = sp.get(key)
+        lines.append(f"| {label} | {_num(st, 'p5')} | {_num(st, 'p50')} | {_num(st, 'p95')} | {_num(st, 'mean')} |")
+    fm = sp.get("frame_ms")
+    if fm:
+        lines += ["", f"Frame latency: p50 {fm['p50']:.1f} ms, p90 {fm['p90']:.1f} ms, p99 {fm['p99']:.1f} ms "
+                      f"over {fm['n']} frames."]
+    if sp.get("stage_ms"):
+        lines += ["", "Mean per-stage ms per frame: " + ", ".join(f"{k} {v:.1f}" for k, v in sp["stage_ms"].items())
+                  + "."]
+    if summary["errors"]:
+        lines += ["", "## Errors", ""]
+        for e in summary["errors"][:20]:
+            lines.append(f"- {e['suite']} task {e['task_id']} seed {e['seed']} episode {e['episode']}: {e['error']}")
+        if len(summary["errors"]) > 20:
+            lines.append(f"- ... and {len(summary['errors']) - 20} more (see episodes.jsonl)")
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(out: str | Path, records: Iterable[dict], config: dict | None = None,
+                  expected: int | None = None) -> dict:
+    out = Path(out)
+    summary = summarize(records, config, expected)
+    write_json_atomic(out / SUMMARY_JSON, summary)
+    write_text_atomic(out / SUMMARY_MD, render_markdown(summary))
+    return summary

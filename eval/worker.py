@@ -1,0 +1,202 @@
+"""One evaluation episode: `(EpisodeSpec, EvalConfig) -> record dict`, the same code in the local loop, in Ray
+workers and in the demo. A process keeps one policy across episodes and the current task's env across that task's
+episodes (building a LIBERO sim takes ~10 s). Anything an episode raises becomes an `error` record with its
+traceback, and the next episode starts from a fresh env.
+"""
+from __future__ import annotations
+
+import atexit
+import datetime as _dt
+import os
+import socket
+import time
+import traceback
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .config import EvalConfig
+from .episodes import EpisodeSpec
+
+VIDEO_DIR = "videos"
+_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+
+def policy_seed(spec: EpisodeSpec) -> int:
+    """The action-noise seed of one episode: fixed by (suite, task, seed, episode), so an episode's result does not
+    depend on the worker that ran it or on what ran before, and different eval seeds give different noise."""
+    ss = np.random.SeedSequence([spec.seed, zlib.crc32(spec.suite.encode()), spec.task_id, spec.episode])
+    return int(ss.generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def error_record(spec: EpisodeSpec, error: str, tb: str, **extra: Any) -> dict:
+    """The record of an episode that raised instead of finishing."""
+    return {**spec.to_dict(), "status": "error", "success": False, "steps": None, "error": error, "traceback": tb,
+            "worker": f"{socket.gethostname()}:{os.getpid()}", "finished_at": _now(), **extra}
+
+
+def episode_video_dir(out: str | os.PathLike, spec: EpisodeSpec) -> Path:
+    """Where an episode's video goes (the env names the file after suite, task, seed and init state)."""
+    return Path(out) / VIDEO_DIR / f"seed{spec.seed}"
+
+
+class EpisodeWorker:
+    """Runs episodes of one EvalConfig in this process, keeping the policy and the current env between them."""
+
+    def __init__(self, config: EvalConfig):
+        self.config = config
+        self.policy = None
+        self.env = None
+        self._env_key: tuple[str, int] | None = None
+
+    # ---- resources --------------------------------------------------------------------------------------------
+    def get_policy(self):
+        if self.policy is None:
+            import torch
+
+            from oxygen_gym import LanguageTask, MultiTaskPolicy
+
+            cfg = self.config
+            dtype = getattr(torch, _DTYPES[cfg.dtype]) if cfg.dtype else None
+            self.policy = MultiTaskPolicy.from_pretrained(
+                cfg.checkpoint, robot=cfg.robot, tasks=[LanguageTask(**t) for t in cfg.language_tasks],
+                decode_budget=cfg.decode_budget, target_action_hz=cfg.target_action_hz, mode=cfg.mode,
+                device=cfg.device, dtype=dtype, seed=0,  # seed 0: a built-in model's weights are the same everywhere
+            )
+        return self.policy
+
+    def get_env(self, spec: EpisodeSpec):
+        key = (spec.suite, spec.task_id)
+        if self._env_key != key:
+            self.close_env()
+            import gymnasium as gym
+            import oxygen_gym.envs  # noqa: F401  (registers the env ids)
+            from oxygen_gym.envs.protocols import get_libero_protocol
+
+            limit = get_libero_protocol(self.config.protocol).max_steps_for(spec.suite)
+            if self.config.max_steps is not None:
+                limit = min(limit, self.config.max_steps)
+            self.env = gym.make("oxygen_gym/LIBERO-v0", suite=spec.suite, task_id=spec.task_id,
+                                protocol=self.config.protocol, max_steps=limit,
+                                fast_render=self.config.fast_render)
+            self._env_key = key
+        return self.env
+
+    def close_env(self) -> None:
+        if self.env is not None:
+            try:
+                self.env.close()
+            finally:
+                self.env, self._env_key = None, None
+
+    def close(self) -> None:
+        self.close_env()
+        if self.policy is not None:
+            self.policy.close()
+            self.policy = None
+
+    # ---- one episode ------------------------------------------------------------------------------------------
+    def run(self, spec: EpisodeSpec, video_dir: str | os.PathLike | None = None, progress: bool = False) -> dict:
+        """Run one episode and return its record; never raises for a failure inside the episode.
+        `video_dir` overrides where the video goes (the demo); `progress` shows a per-step bar."""
+        from oxygen_gym.envs.episode import run_episode
+
+        t0 = time.perf_counter()
+        cfg = self.config
+        pseed = policy_seed(spec)
+        if video_dir is None and cfg.video_wanted(spec.episode):
+            video_dir = episode_video_dir(cfg.out, spec)
+        try:
+            env = self.get_env(spec)
+            policy = self.get_policy()
+            policy.reset(seed=pseed)  # frame t draws its action noise from (seed, t)
+            result = run_episode(env, policy, seed=spec.seed, init_state=spec.init_state,
+                                 video_dir=str(video_dir) if video_dir is not None else None, progress=progress)
+        except Exception as e:  # noqa: BLE001 - one bad episode must not end the evaluation
+            tb = traceback.format_exc()
+            self.close_env()  # the sim may be in any state now
+            return error_record(spec, f"{type(e).__name__}: {e}", tb, policy_seed=pseed,
+                                wall_s=time.perf_counter() - t0)
+        return self._record(spec, result, pseed, time.perf_counter() - t0)
+
+    def _record(self, spec: EpisodeSpec, result, pseed: int, wall_s: float) -> dict:
+        r = result.to_dict()
+        video = r.get("video_path")
+        if video and self.config.video == "failures" and r["success"]:
+            Path(video).unlink(missing_ok=True)
+            video = None
+        if video:  # relative to the results folder, so folders can be moved and shards merged
+            video = os.path.relpath(video, self.config.out)
+        lat = [x for x in r["latencies_ms"] if x is not None]
+        horizon = getattr(self.policy, "horizon", None)
+        return {
+            **spec.to_dict(),
+            "status": "ok",
+            "success": bool(r["success"]),
+            "steps": int(r["steps"]),
+            "task": getattr(self.env.unwrapped, "language", None),
+            "policy_seed": pseed,
+            "terminated": r["terminated"],
+            "truncated": r["truncated"],
+            "calls": r["calls"],
+            "replan": r["replan"],
+            # the paper's action frequency f = H / T (action horizon over mean frame latency)
+            "action_hz": (horizon / (np.mean(lat) / 1e3)) if lat and horizon else None,
+            # actions executed per second of policy compute (replan / T), as the video overlay shows
+            "executed_action_hz": r["action_hz"],
+            "language_tokens": r["tokens"],
+            "language_tokens_per_s": r["tokens_per_s"],
+            "frame_ms": lat,
+            "stage_ms": r["stage_ms"],
+            "env_ms_mean": r["env_ms_mean"],
+            "narration": r["narration"],
+            "video": video,
+            "error": None,
+            "wall_s": wall_s,
+            "worker": f"{socket.gethostname()}:{os.getpid()}",
+            "finished_at": _now(),
+        }
+
+
+_WORKER: EpisodeWorker | None = None
+
+
+def run_episode_spec(spec: EpisodeSpec, config: EvalConfig) -> dict:
+    """The per-episode function: reuses this process's worker while the config stays the same."""
+    global _WORKER
+    same = _WORKER is not None and (_WORKER.config.result_fields(), _WORKER.config.device) == (
+        config.result_fields(), config.device)
+    if not same:
+        close_worker()
+        _WORKER = EpisodeWorker(config)
+    _WORKER.config = config  # outputs (video folder) may differ between runs that share the policy
+    record = _WORKER.run(spec)
+    _register_exit_hook()
+    return record
+
+
+def close_worker() -> None:
+    """Release this process's policy and env. Runs at interpreter exit too: an unclosed robosuite EGL context
+    prints errors then."""
+    global _WORKER
+    if _WORKER is not None:
+        worker, _WORKER = _WORKER, None
+        worker.close()
+
+
+_exit_hook_registered = False
+
+
+def _register_exit_hook() -> None:
+    """Close at exit, before robosuite's own exit hook terminates the EGL display (hooks run last-in first-out, and
+    robosuite registers its hook when it makes the first render context, during the first episode)."""
+    global _exit_hook_registered
+    if not _exit_hook_registered:
+        atexit.register(close_worker)
+        _exit_hook_registered = True

@@ -1,0 +1,29 @@
+"""`oxygen-gym demo` end to end with a short step cap: video, episode.json, report.md, the random-weights note."""
+import json
+from pathlib import Path
+
+import pytest
+from oxygen_gym.eval.cli import main
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+def test_demo_writes_video_episode_and_report(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--max-steps", "10", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "RANDOM weights" in captured.err and "--checkpoint PATH" in captured.err
+
+    record = json.loads((out / "episode.json").read_text())
+    assert (record["suite"], record["task_id"], record["init_state"], record["seed"]) == ("libero_spatial", 0, 0, 7)
+    assert record["status"] == "ok" and record["steps"] == 10
+    assert record["narration"] and record["narration"][0]["task"] == "narrate"
+    video = Path(record["video"])
+    assert video.parent == out and video.stat().st_size > 0
+
+    report = (out / "report.md").read_text()
+    assert "RANDOM weights" in report
+    for field in ("success", "steps", "action Hz", "language tokens/s", "Per-stage ms", "prefill", "decode"):
+        assert field in report, field
+    for path in (video, out / "episode.json", out / "report.md"):
+        assert str(path.resolve()) in captured.out  # the demo says where its files are

@@ -1,0 +1,127 @@
+"""The results folder: durable appends, a truncated tail after a kill, resume, the writer lock, summaries, merge."""
+import json
+
+import pytest
+from oxygen_gym.eval.merge import merge_folders
+from oxygen_gym.eval.results import ResultsError, ResultsFolder, read_records
+from oxygen_gym.eval.summary import summarize, write_summary
+
+
+def rec(suite="libero_spatial", task=0, seed=7, ep=0, success=True, status="ok", **kw):
+    r = {"suite": suite, "task_id": task, "seed": seed, "episode": ep, "init_state": ep, "status": status,
+         "success": success, "steps": 12, "action_hz": 10.0, "language_tokens_per_s": 20.0, "frame_ms": [100.0]}
+    r.update(kw)
+    return r
+
+
+def test_append_then_resume_skips_finished(tmp_path):
+    with ResultsFolder(tmp_path) as f:
+        f.append(rec(ep=0))
+        f.append(rec(ep=1, success=False))
+        with pytest.raises(ResultsError, match="already recorded"):
+            f.append(rec(ep=1))
+    with ResultsFolder(tmp_path) as f:
+        assert f.done_keys() == {("libero_spatial", 0, 7, 0), ("libero_spatial", 0, 7, 1)}
+
+
+def test_truncated_last_line_is_dropped_and_repaired(tmp_path):
+    with ResultsFolder(tmp_path) as f:
+        f.append(rec(ep=0))
+    path = tmp_path / "episodes.jsonl"
+    with open(path, "ab") as fh:  # what a SIGKILL in the middle of a write leaves
+        fh.write(b'{"suite": "libero_spatial", "task_id": 0, "se')
+    assert len(read_records(path)) == 1
+    with ResultsFolder(tmp_path) as f:
+        assert len(f.records) == 1
+        f.append(rec(ep=1))
+    assert [r["episode"] for r in read_records(path)] == [0, 1]
+    assert path.read_bytes().endswith(b"\n")
+
+
+def test_corrupt_middle_line_is_an_error_not_silently_dropped(tmp_path):
+    (tmp_path / "episodes.jsonl").write_text(json.dumps(rec()) + "\nnot json\n" + json.dumps(rec(ep=1)) + "\n")
+    with pytest.raises(ResultsError, match=":2"):
+        read_records(tmp_path / "episodes.jsonl")
+
+
+def test_one_writer_per_folder(tmp_path):
+    with ResultsFolder(tmp_path):
+        with pytest.raises(ResultsError, match="another oxygen-gym eval"):
+            ResultsFolder(tmp_path).__enter__()
+    with ResultsFolder(tmp_path):  # released on exit
+        pass
+
+
+def test_summary_rates_and_seed_level_interval():
+    records = []
+    # seed 7: spatial 3/4, goal 1/4; seed 8: spatial 4/4, goal 2/4; plus one error episode
+    for seed, (sp, go) in {7: (3, 1), 8: (4, 2)}.items():
+        for ep in range(4):
+            records.append(rec("libero_spatial", 0, seed, ep, success=ep < sp))
+            records.append(rec("libero_goal", 1, seed, ep, success=ep < go))
+    records.append(rec("libero_goal", 1, 9, 0, success=False, status="error", error="RuntimeError: boom"))
+    s = summarize(records, expected=17)
+    assert s["episodes"] == {"recorded": 17, "ok": 16, "error": 1, "expected": 17}
+    sp = s["suites"]["libero_spatial"]
+    assert sp["success_rate"] == 7 / 8 and sp["seed_success_rates"] == {"7": 0.75, "8": 1.0}
+    assert sp["seed_mean"] == pytest.approx(0.875)
+    # two seeds, s = 0.1767767, s/sqrt(2) = 0.125, t(0.975, 1) = 12.7062 -> 1.588275
+    assert sp["ci95_half_width"] == pytest.approx(1.588275, abs=1e-5)
+    assert s["suites"]["libero_goal"]["errors"] == 1
+    o = s["overall"]
+    assert o["success_rate"] == 10 / 16
+    assert o["seed_success_rates"] == {"7": 0.5, "8": 0.75}  # mean of that seed's suite rates
+    assert s["errors"][0]["error"] == "RuntimeError: boom"
+    assert s["speed"]["action_hz"]["p50"] == 10.0
+
+
+def test_summary_files(tmp_path):
+    write_summary(tmp_path, [rec(ep=0), rec(ep=1, success=False)], {"checkpoint": "tiny", "seeds": [7]})
+    md = (tmp_path / "summary.md").read_text()
+    assert "| libero_spatial | 50.0% | 2 |" in md and "needs ≥ 2 seeds" in md
+    assert json.loads((tmp_path / "summary.json").read_text())["overall"]["successes"] == 1
+
+
+def _folder(path, config, records):
+    with ResultsFolder(path) as f:
+        f.write_config(config)
+        for r in records:
+            f.append(r)
+
+
+CFG = {"checkpoint": "tiny", "robot": "libero", "mode": "oxygen", "decode_budget": 5, "target_action_hz": None,
+       "language_tasks": [], "protocol": "openpi", "max_steps": 10, "dtype": None, "suites": ["libero_spatial"],
+       "tasks": [0], "episodes": 2, "seeds": [7]}
+
+
+def test_merge_combines_and_refuses_duplicates_and_mismatches(tmp_path):
+    _folder(tmp_path / "a", {**CFG, "shard": [0, 2]}, [rec(ep=0)])
+    _folder(tmp_path / "b", {**CFG, "shard": [1, 2]}, [rec(ep=1, success=False, video="videos/seed7/ep1.mp4")])
+    s = merge_folders([tmp_path / "a", tmp_path / "b"], tmp_path / "m")
+    assert s["episodes"]["recorded"] == 2 and s["episodes"]["expected"] == 2
+    merged = read_records(tmp_path / "m" / "episodes.jsonl")
+    assert [r["episode"] for r in merged] == [0, 1]
+    assert merged[1]["video"] == "../b/videos/seed7/ep1.mp4"  # still points at the file, from the merged folder
+
+    _folder(tmp_path / "dup", {**CFG, "shard": [1, 2]}, [rec(ep=1)])
+    with pytest.raises(ResultsError, match="recorded in both"):
+        merge_folders([tmp_path / "a", tmp_path / "b", tmp_path / "dup"], tmp_path / "m2")
+    _folder(tmp_path / "other", {**CFG, "mode": "isolated"}, [rec(ep=1)])
+    with pytest.raises(ResultsError, match="config mismatch.*mode"):
+        merge_folders([tmp_path / "a", tmp_path / "other"], tmp_path / "m3")
+    with pytest.raises(ResultsError, match="already holds"):
+        merge_folders([tmp_path / "a"], tmp_path / "m")
+    with pytest.raises(ResultsError, match="config.json"):
+        merge_folders([tmp_path / "a", tmp_path / "nothing"], tmp_path / "m4")
+
+
+def test_progress_counts_resumed_episodes_and_shows_the_running_success_rate(capsys):
+    from oxygen_gym.eval.progress import EvalProgress
+
+    with EvalProgress(total=4, done_records=[rec(ep=0)]) as bar:
+        bar.update(rec(ep=1, success=False))
+        bar.update(rec(ep=2, status="error", error="RuntimeError: x"))
+        assert bar.bar.n == 3
+        assert "success 50.0% (1/2), errors 1" in bar.bar.postfix
+    err = capsys.readouterr().err
+    assert "3/4" in err and "RuntimeError: x" in err
