@@ -110,12 +110,15 @@ BUILTIN: dict[str, PI05Config] = {
         vision=VisionDims(width=64, depth=2, mlp_dim=128, num_heads=2),
         vocab_size=BUILTIN_VOCAB,
     ),
-    # CPU benchmark model; dims chosen so prefill : denoise : decode step come near the paper's 44 : 20 : 13
-    # on 2 cores (measured numbers in docs/benchmarks.md).
+    # CPU benchmark model: pi0.5's depth (18), heads (8), KV heads (1) and width ratios at 1/8 width (backbone 256,
+    # expert 128 with mlp 512, head_dim 32), the backbone MLP trimmed to 6x width (1536) so prefill : denoise
+    # lands near the paper's 44 : 20, and a 4-layer SigLIP at 1/8 width (head_dim 72 as So400m). One decode step
+    # stays ~1-2 : 44 of prefill on a CPU, not 13 : 44: a CPU does ~5 FLOP per byte of weights read where a GPU
+    # does ~150, so prefill is relatively far dearer here. Measured numbers: tools/measure_model_stages.py.
     "small": PI05Config(
-        vlm=GemmaDims(width=512, depth=12, mlp_dim=2048, num_heads=8, num_kv_heads=1, head_dim=64),
-        expert=GemmaDims(width=256, depth=12, mlp_dim=1024, num_heads=8, num_kv_heads=1, head_dim=64),
-        vision=VisionDims(width=192, depth=4, mlp_dim=768, num_heads=3),
+        vlm=GemmaDims(width=256, depth=18, mlp_dim=1536, num_heads=8, num_kv_heads=1, head_dim=32),
+        expert=GemmaDims(width=128, depth=18, mlp_dim=512, num_heads=8, num_kv_heads=1, head_dim=32),
+        vision=VisionDims(width=144, depth=4, mlp_dim=576, num_heads=2),
         vocab_size=BUILTIN_VOCAB,
     ),
     "pi05": PI05Config(

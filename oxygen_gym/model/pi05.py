@@ -58,6 +58,7 @@ class PI05Model(nn.Module):
         self.time_mlp_in = nn.Linear(c.expert.width, c.expert.width)
         self.time_mlp_out = nn.Linear(c.expert.width, c.expert.width)
         self._denoise_mods: dict = {}
+        self.norm_stats = None  # dataset statistics of a loaded checkpoint (loading.py), None for built-in models
         self.requires_grad_(False)  # an inference engine: no autograd anywhere
 
     # ---------------------------------------------------------------- helpers
