@@ -20,7 +20,7 @@ from gymnasium import spaces  # noqa: E402
 
 from .protocols import ALOHA_PROTOCOL, SimProtocol  # noqa: E402
 from .spaces import camera_size as _camera_size  # noqa: E402
-from .spaces import check_action, check_index, policy_observation_space  # noqa: E402
+from .spaces import EpisodeCounter, check_action, policy_observation_space  # noqa: E402
 
 # policy camera name -> camera in gym-aloha's model
 CAMERAS = {"high": "top", "left_wrist": "left_wrist", "right_wrist": "right_wrist"}
@@ -94,7 +94,8 @@ class AlohaEnv(gym.Env):
         self.observation_space = policy_observation_space(self.cameras, self.camera_size, self.state_dim)
 
         self._base_seed = protocol.seed
-        self._episodes = 0
+        self._counter = EpisodeCounter(N_EPISODE_POSES)
+        self._counter.base_seed = protocol.seed
         self._episode: int | None = None
         self._steps = 0
         self._over = True
@@ -126,15 +127,8 @@ class AlohaEnv(gym.Env):
         from gym_aloha.utils import sample_box_pose, sample_insertion_pose
 
         super().reset(seed=seed)
-        options = dict(options or {})
-        unknown = set(options) - {"init_state"}
-        if unknown:
-            raise ValueError(f"reset options accept only 'init_state', got {sorted(unknown)}")
-        if seed is not None:
-            self._base_seed, self._episodes = int(seed), 0
-        episode = options.get("init_state")
-        episode = self._episodes if episode is None else check_index("options['init_state']", episode, N_EPISODE_POSES)
-        self._episodes += 1
+        episode = self._counter.next(seed, options)
+        self._base_seed = self._counter.base_seed
         pose_seed = (self._base_seed + episode) % 2**32
         if self.task == "transfer_cube":
             BOX_POSE[0] = sample_box_pose(pose_seed)

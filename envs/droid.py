@@ -20,7 +20,7 @@ from gymnasium import spaces  # noqa: E402
 
 from .protocols import DROID_PROTOCOL, SimProtocol  # noqa: E402
 from .spaces import camera_size as _camera_size  # noqa: E402
-from .spaces import check_action, check_index, policy_observation_space  # noqa: E402
+from .spaces import EpisodeCounter, check_action, policy_observation_space  # noqa: E402
 
 CONTROL_HZ = 15
 MAX_JOINT_DELTA = 0.2  # rad per control step at full command (DROID's RobotIKSolver)
@@ -83,7 +83,8 @@ class DroidEnv(gym.Env):
 
         self._sim = None  # robosuite env, built on first reset (a few seconds)
         self._base_seed = protocol.seed
-        self._episodes = 0
+        self._counter = EpisodeCounter(N_EPISODE_SEEDS)
+        self._counter.base_seed = protocol.seed
         self._episode: int | None = None
         self._steps = 0
         self._over = True
@@ -117,15 +118,8 @@ class DroidEnv(gym.Env):
         """Episode `i` (options["init_state"], default: resets since the last seeded one) draws its object placement
         and joint noise from a generator seeded by (seed, i), whatever ran before."""
         super().reset(seed=seed)
-        options = dict(options or {})
-        unknown = set(options) - {"init_state"}
-        if unknown:
-            raise ValueError(f"reset options accept only 'init_state', got {sorted(unknown)}")
-        if seed is not None:
-            self._base_seed, self._episodes = int(seed), 0
-        episode = options.get("init_state")
-        episode = self._episodes if episode is None else check_index("options['init_state']", episode, N_EPISODE_SEEDS)
-        self._episodes += 1
+        episode = self._counter.next(seed, options)
+        self._base_seed = self._counter.base_seed
         sim = self._ensure_sim()
         saved = np.random.get_state()  # robosuite's samplers draw from numpy's global RNG: seed it, then put it back
         try:

@@ -17,7 +17,7 @@ from gymnasium import spaces  # noqa: E402
 
 from .protocols import LIBERO_SUITES, LIBERO_WAIT_ACTION, LiberoProtocol, get_libero_protocol  # noqa: E402
 from .spaces import camera_size as _camera_size  # noqa: E402
-from .spaces import check_action, check_index, policy_observation_space  # noqa: E402
+from .spaces import EpisodeCounter, check_action, check_index, policy_observation_space  # noqa: E402
 
 _CAMERAS = {"base": "agentview_image", "wrist": "robot0_eye_in_hand_image"}
 
@@ -88,7 +88,8 @@ class LiberoEnv(gym.Env):
         self._sim = None  # built on first reset: ~10 s, and safe to create this object before forking workers
         self._flip_vertical = True
         self._base_seed = self.protocol.seed
-        self._episodes = 0
+        self._counter = EpisodeCounter(self.num_init_states)
+        self._counter.base_seed = self._base_seed
         self._init_index: int | None = None
         self._steps = 0
         self._over = True
@@ -151,18 +152,8 @@ class LiberoEnv(gym.Env):
     # ---- Gymnasium API ------------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        options = dict(options or {})
-        unknown = set(options) - {"init_state"}
-        if unknown:
-            raise ValueError(f"reset options accept only 'init_state', got {sorted(unknown)}")
-        if seed is not None:
-            self._base_seed = int(seed)
-            self._episodes = 0
-        index = options.get("init_state")
-        if index is None:
-            index = self._episodes % self.num_init_states
-        index = check_index("options['init_state']", index, self.num_init_states)
-        self._episodes += 1
+        index = self._counter.next(seed, options)
+        self._base_seed = self._counter.base_seed
         self._ensure_sim()
         raw = self._restart(index)
         self._init_index, self._steps, self._over = index, 0, False

@@ -58,3 +58,25 @@ def check_index(name: str, value: object, size: int) -> int:
     if not 0 <= int(value) < size:
         raise ValueError(f"{name} must be in [0, {size - 1}], got {value}")
     return int(value)
+
+
+class EpisodeCounter:
+    """Which episode a `reset(seed, options)` starts: `options["init_state"]` if given, else the number of resets
+    since the last seeded one (wrapping at `size`). Shared by every env so the convention is the same."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.base_seed = 0
+        self.count = 0
+
+    def next(self, seed: int | None, options: dict | None) -> int:
+        options = dict(options or {})
+        unknown = set(options) - {"init_state"}
+        if unknown:
+            raise ValueError(f"reset options accept only 'init_state', got {sorted(unknown)}")
+        if seed is not None:
+            self.base_seed, self.count = int(seed), 0
+        index = options.get("init_state")
+        index = self.count % self.size if index is None else check_index("options['init_state']", index, self.size)
+        self.count += 1
+        return index

@@ -11,7 +11,7 @@ from oxygen_gym.engine.budget import make_budget
 from oxygen_gym.engine.frame import FrameInput
 from oxygen_gym.engine.parallel import ParallelExecutor
 from oxygen_gym.engine.request import Request
-from oxygen_gym.engine.scheduler import MODES, FrameScheduler
+from oxygen_gym.engine.scheduler import FrameScheduler
 from oxygen_gym.engine.slots import SlotPool, default_num_slots, slot_bytes
 from oxygen_gym.engine.timing import STAGES, peak_memory_bytes, peak_rss_bytes
 from oxygen_gym.model.config import BUILTIN, PI05Config
