@@ -12,6 +12,7 @@ from collections import deque
 import torch
 
 from ..model.pi05 import PI05Model
+from .cuda_graphs import CudaGraphRunner, use_cuda_graphs
 from .frame import FrameInput, FrameResult, FrameStats, PrefixInputs
 from .request import Request, RequestTable
 from .sampling import choose_tokens
@@ -26,7 +27,11 @@ class CapacityError(ValueError):
 
 
 class FrameScheduler:
-    def __init__(self, model: PI05Model, pool: SlotPool, mode: str, *, num_steps: int | None = None) -> None:
+    def __init__(
+        self, model: PI05Model, pool: SlotPool, mode: str, *, num_steps: int | None = None, cuda_graphs: bool | None = None
+    ) -> None:
+        """`cuda_graphs`: replay decode steps and the denoise loop as CUDA graphs (None = on for CUDA; False =
+        eager fallback)."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.model = model
@@ -37,6 +42,7 @@ class FrameScheduler:
         self.waiting: deque[tuple[Request, PrefixInputs]] = deque()
         self.timer = StageTimer(model.device)
         self.total_queued = 0  # requests that ever had to wait for a slot
+        self.graphs = CudaGraphRunner(model, pool) if use_cuda_graphs(cuda_graphs, model.device) else None
 
     # ------------------------------------------------------------------ public
     def run(self, frame: FrameInput, k: int) -> FrameResult:
@@ -122,7 +128,10 @@ class FrameScheduler:
     def _prefill_and_denoise(self, frame: FrameInput, slot: int) -> tuple[int, torch.Tensor]:
         n = self._prefill(frame.prefix, slot)
         with self.timer.stage("denoise"):
-            actions = self.model.denoise(self.pool.view(slot, slot + 1), self._prefix_lengths, frame.noise, self.num_steps)
+            if self.graphs is not None:
+                actions = self.graphs.denoise(slot, self._prefix_lengths, frame.noise, self.num_steps)
+            else:
+                actions = self.model.denoise(self.pool.view(slot, slot + 1), self._prefix_lengths, frame.noise, self.num_steps)
         return n, actions
 
     def _start(self, r: Request, prefix_len: int) -> None:
@@ -146,7 +155,10 @@ class FrameScheduler:
             with self._manager():
                 batch = self.table.fetch(self.model.device)
             with self.timer.stage("decode"):
-                logits = self.model.decode_step(self.pool.view(0, batch.size), batch.last_tokens, batch.positions)
+                if self.graphs is not None:
+                    logits = self.graphs.decode_step(batch.size, batch.last_tokens, batch.positions)
+                else:
+                    logits = self.model.decode_step(self.pool.view(0, batch.size), batch.last_tokens, batch.positions)
                 tokens = choose_tokens(logits, batch.requests)
             with self._manager():
                 self.table.update(batch, tokens)
@@ -195,7 +207,8 @@ class FrameScheduler:
     def _check_fits(self, r: Request, prefix: PrefixInputs) -> None:
         if not r.prompt_ids:
             raise ValueError(f"request {r.request_id} ({r.task}): empty prompt")
-        n = len(prefix.image_masks) * self.model.config.vision.num_patches + int(prefix.token_masks[0].sum())
+        cameras = sum(bool(m.any()) for m in prefix.image_masks)  # masked cameras are compacted out of the cache
+        n = cameras * self.model.config.vision.num_patches + int(prefix.token_masks[0].sum())
         horizon = self.model.config.action_horizon
         need = max(n + horizon, n + len(r.prompt_ids) - 1 + r.max_new_tokens)
         if need > self.pool.capacity:

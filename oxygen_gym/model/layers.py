@@ -7,11 +7,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import cpu_kernels
+
 RMS_EPS = 1e-6
 
 
 def linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
     """Apply `layer` in its weight's dtype (fp32 norms feed bf16 matmuls in mixed checkpoints)."""
+    if cpu_kernels.max_rows_of(layer):  # opt-in oneDNN path for small-row calls (cpu_kernels.enable)
+        return cpu_kernels.packed_linear(x, layer)
     return F.linear(x.to(layer.weight.dtype), layer.weight, layer.bias)
 
 

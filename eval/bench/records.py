@@ -1,0 +1,50 @@
+"""What a benchmark point is, and what one measured frame of it recorded."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+K_MODES = ("oxygen", "upper_bound")  # modes whose frames decode k steps; the others decode every request to the end
+ALL_MODES = ("isolated", "parallel", "shared", "oxygen", "upper_bound")
+
+
+@dataclass(frozen=True)
+class Point:
+    mode: str
+    N: int  # tokens per request (the longest, for mixed workloads)
+    k: int | None  # decode steps per frame (None: the mode decodes each request to completion)
+    S: int  # denoise steps
+    workload: str = "fixed"
+
+    @property
+    def key(self) -> str:
+        k = "-" if self.k is None else self.k
+        return f"{self.workload}|{self.mode}|N={self.N}|k={k}|S={self.S}"
+
+    @property
+    def budget(self) -> int:
+        """The k passed to the engine (modes without a budget ignore it)."""
+        return self.k if self.k is not None else self.N
+
+
+@dataclass
+class FrameRecord:
+    frame: int
+    warmup: bool
+    frame_ms: float
+    stage_ms: dict[str, float]
+    batch_sizes: list[int]
+    tokens: int
+    new_requests: int
+    prefills: int  # prefills this frame ran (action path + per-request in isolated + readmitted queued requests)
+    queue_involved: bool  # a request waited for a slot around this frame (its prefill count is then approximate)
+    active: int
+    queued: int
+    completed: int = 0
+    transient_bytes: int | None = None  # CUDA: peak allocation above the frame's start
+    energy_j: float | None = None  # CUDA: NVML energy during the frame
+    memory_bytes: int | None = None  # soak: tensor bytes held after the frame
+    rss_bytes: int | None = None  # soak: resident set size after the frame
+    request_latency_ms: list[float] = field(default_factory=list)  # requests finished this frame: start to finish
+
+    def to_json(self) -> dict:
+        return asdict(self)
