@@ -20,7 +20,7 @@ from gymnasium import spaces  # noqa: E402
 
 from .protocols import ALOHA_PROTOCOL, SimProtocol  # noqa: E402
 from .spaces import camera_size as _camera_size  # noqa: E402
-from .spaces import EpisodeCounter, check_action, policy_observation_space  # noqa: E402
+from .spaces import EpisodeCounter, check_action, policy_observation_space, positive_int  # noqa: E402
 
 # policy camera name -> camera in gym-aloha's model
 CAMERAS = {"high": "top", "left_wrist": "left_wrist", "right_wrist": "right_wrist"}
@@ -74,10 +74,7 @@ class AlohaEnv(gym.Env):
         self.protocol = protocol
         self.camera_size = _camera_size(camera_size, protocol.render_size)
         self.fast_render = bool(fast_render)
-        max_steps = protocol.max_steps if max_steps is None else max_steps
-        if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
-            raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
-        self.max_steps = int(max_steps)
+        self.max_steps = positive_int("max_steps", protocol.max_steps if max_steps is None else max_steps)
         self.language = TASKS[task][1] if prompt is None else str(prompt)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None or one of {self.metadata['render_modes']}, got {render_mode!r}")

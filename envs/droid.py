@@ -20,7 +20,7 @@ from gymnasium import spaces  # noqa: E402
 
 from .protocols import DROID_PROTOCOL, SimProtocol  # noqa: E402
 from .spaces import camera_size as _camera_size  # noqa: E402
-from .spaces import EpisodeCounter, check_action, policy_observation_space  # noqa: E402
+from .spaces import EpisodeCounter, check_action, policy_observation_space, positive_int  # noqa: E402
 
 CONTROL_HZ = 15
 MAX_JOINT_DELTA = 0.2  # rad per control step at full command (DROID's RobotIKSolver)
@@ -67,10 +67,7 @@ class DroidEnv(gym.Env):
         self.protocol = protocol
         self.camera_size = _camera_size(camera_size, protocol.render_size)
         self.fast_render = bool(fast_render)
-        max_steps = protocol.max_steps if max_steps is None else max_steps
-        if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
-            raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
-        self.max_steps = int(max_steps)
+        self.max_steps = positive_int("max_steps", protocol.max_steps if max_steps is None else max_steps)
         self.language = TASKS[task][1] if prompt is None else str(prompt)
         self._camera_models = {**CAMERAS, "exterior_2": TASKS[task][2]}
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:

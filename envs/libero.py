@@ -17,7 +17,7 @@ from gymnasium import spaces  # noqa: E402
 
 from .protocols import LIBERO_SUITES, LIBERO_WAIT_ACTION, LiberoProtocol, get_libero_protocol  # noqa: E402
 from .spaces import camera_size as _camera_size  # noqa: E402
-from .spaces import EpisodeCounter, check_action, check_index, policy_observation_space  # noqa: E402
+from .spaces import EpisodeCounter, check_action, check_index, policy_observation_space, positive_int  # noqa: E402
 
 _CAMERAS = {"base": "agentview_image", "wrist": "robot0_eye_in_hand_image"}
 
@@ -73,9 +73,7 @@ class LiberoEnv(gym.Env):
         self._init_states = bench.get_task_init_states(self.task_id)
         if max_steps is None:
             max_steps = self.protocol.max_steps_for(self.suite)
-        if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
-            raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
-        self.max_steps = int(max_steps)
+        self.max_steps = positive_int("max_steps", max_steps)
         self.camera_size = _camera_size(camera_size, self.protocol.render_size)
         self.fast_render = bool(fast_render)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:

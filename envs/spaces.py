@@ -80,3 +80,10 @@ class EpisodeCounter:
         index = self.count % self.size if index is None else check_index("options['init_state']", index, self.size)
         self.count += 1
         return index
+
+
+def positive_int(name: str, value: object) -> int:
+    """A positive integer (not a bool), or ValueError naming the field."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
