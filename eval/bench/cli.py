@@ -65,6 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, default=None, **kwargs)
     parser.add_argument("--no-calibrate", action="store_true", help="skip the per-kernel-path decode scaling")
     parser.add_argument("--no-plots", action="store_true", help="results.json and results.md only")
+    parser.add_argument("--render", action="store_true", help="only redraw plots/ and results.md from --out's results.json")
 
 
 def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) -> BenchConfig:
@@ -83,7 +84,10 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from .sweep import run_bench
+    from .sweep import render, run_bench
+
+    if args.render:
+        return render(args.out)
 
     try:
         cfg = config_from_args(args)

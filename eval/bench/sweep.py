@@ -227,3 +227,17 @@ class Bench:
 
 def run_bench(cfg: BenchConfig) -> dict:
     return Bench(cfg).run()
+
+
+def render(out: Path) -> int:
+    """Redraw plots/ and results.md from an existing results.json (after a change to the figures or the table)."""
+    path = Path(out) / "results.json"
+    if not path.is_file():
+        print(f"oxygen-gym bench --render: no results.json in {out}", flush=True)
+        return 2
+    results = json.loads(path.read_text())
+    results["plots"] = plots.draw_all(results, Path(out) / "plots")
+    path.write_text(json.dumps(_clean(results), indent=1))
+    (Path(out) / "results.md").write_text(report.markdown(results))
+    print((Path(out) / "results.md").read_text())
+    return 0
