@@ -63,6 +63,7 @@ def build_prefix_inputs(
     max_token_len: int,
     discrete_state: bool,
     state_normalizer,
+    state_pad_to: int | None = 32,
     device: torch.device,
 ) -> PrefixInputs:
     """Camera images into the model's slots (absent slots masked), normalised state into the prompt."""
@@ -76,7 +77,7 @@ def build_prefix_inputs(
     norm_state = state_normalizer.normalize(robot.state_to_model(state.astype(np.float32)))
     try:
         tokens, mask = tokenize_prompt(
-            tokenizer, prompt, norm_state if discrete_state else None, max_token_len, discrete_state
+            tokenizer, prompt, norm_state if discrete_state else None, max_token_len, discrete_state, state_pad_to
         )
     except ValueError as e:
         raise ObservationError(f"obs['prompt']: {e}") from None

@@ -156,7 +156,7 @@ class MultiTaskPolicy:
         prefix = build_prefix_inputs(
             images, state, prompt, robot=self.robot, model_slots=self.model_slots, image_size=cfg.vision.image_size,
             tokenizer=self.tokenizer, max_token_len=cfg.max_token_len, discrete_state=cfg.discrete_state,
-            state_normalizer=self.state_norm, device=self.model.device,
+            state_normalizer=self.state_norm, state_pad_to=cfg.state_pad_to, device=self.model.device,
         )
         frame = self.frame
         noise_gen = torch.Generator().manual_seed(_seed_for(self.seed, frame))

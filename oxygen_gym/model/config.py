@@ -52,6 +52,9 @@ class PI05Config:
     max_period: float = 4.0
     rope_base: float = 10000.0
     discrete_state: bool = True
+    # State dims binned into the prompt: lerobot <= 0.4.4 zero-pads to 32 first; openpi and lerobot >= 0.5 bin the
+    # unpadded robot state (None).
+    state_pad_to: int | None = 32
     image_slots: tuple[str, ...] = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
