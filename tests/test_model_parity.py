@@ -16,6 +16,15 @@ from oxygen_gym.model import GemmaDims, PI05Config, VisionDims, load_pretrained
 CASES = ["", "b2_"]  # batch 1; batch 2 with prompts of 20 and 64 tokens and one camera masked in sample 1
 
 
+# Tolerances: small multiples of the agreement measured on CPU fp32 (torch 2.x, this fixture), so that a real
+# deviation fails. Measured max rel. errors: actions 1.7e-7, x_t 1.3e-7, per-step velocity 3.8e-7, prefix hidden 4.4e-7,
+# last logits 2.5e-7. Exact GELU in place of Gemma's tanh approximation moves them to actions 2.0e-5, velocity
+# 7.7e-5, hidden 1.8e-4, logits 1.1e-4: 10-40x above these bounds.
+ACTIONS_TOL = 1e-6  # ~6x the measured 1.7e-7 (also x_t)
+INTERNAL_TOL = 2e-6  # ~5x the measured 4.4e-7 (velocity, hidden, logits)
+BF16_TOL = 1e-2  # bf16 weights: measured 2.4e-3 (rounding of the weights themselves), ~4x
+
+
 def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
     ref = torch.as_tensor(ref)
     return float((a.float() - ref).abs().max() / ref.abs().max())
@@ -79,7 +88,7 @@ def test_actions_match_lerobot(model, ref, pre):
     noise = torch.from_numpy(ref[pre + "noise"])
     actions = model.sample_actions(images, masks, tokens, token_masks, noise=noise, num_steps=10)
     assert actions.shape == ref[pre + "actions"].shape
-    assert rel_err(actions, ref[pre + "actions"]) < 1e-4
+    assert rel_err(actions, ref[pre + "actions"]) < ACTIONS_TOL
 
 
 @pytest.mark.parametrize("pre", CASES)
@@ -92,11 +101,11 @@ def test_every_euler_step_velocity_matches_lerobot(model, ref, pre):
     ref_v = ref[pre + "v_t_per_step"]
     assert len(recorder.velocities) == len(ref_v) == 10
     for step, (v, rv) in enumerate(zip(recorder.velocities, ref_v)):
-        assert rel_err(v, rv) < 1e-4, f"Euler step {step}"
+        assert rel_err(v, rv) < INTERNAL_TOL, f"Euler step {step}"
     if pre == "":  # the batch-1 case also stores x_t before every step
         x = noise.clone()
         for step, (v, rx) in enumerate(zip(recorder.velocities, ref["x_t_per_step"])):
-            assert rel_err(x, rx) < 1e-4, f"x_t before step {step}"
+            assert rel_err(x, rx) < ACTIONS_TOL, f"x_t before step {step}"
             x = x - 0.1 * v
 
 
@@ -113,9 +122,9 @@ def test_prefix_hidden_and_last_logits_match_lerobot(model, ref, pre):
         assert last_valid == int(ref[pre + "prefix_last_index"][b])
         valid = ref_hidden[b][prefix.valid[b]]
         assert valid.shape[0] == n
-        assert rel_err(hidden[b, :n], valid) < 1e-4, f"row {b}"
+        assert rel_err(hidden[b, :n], valid) < INTERNAL_TOL, f"row {b}"
         logits = model.lm_logits(hidden[b, n - 1])
-        assert rel_err(logits, ref[pre + "prefix_last_logits"][b]) < 1e-4, f"row {b}"
+        assert rel_err(logits, ref[pre + "prefix_last_logits"][b]) < INTERNAL_TOL, f"row {b}"
         assert int(logits.argmax()) == int(np.argmax(ref[pre + "prefix_last_logits"][b]))
 
 
@@ -130,7 +139,7 @@ def test_dims_inferred_from_the_fixture_tensors(lerobot_fixture_dir, fixture_con
     assert c.action_horizon == 50 and c.max_token_len == 200
     images, masks, tokens, token_masks = inputs(ref, "b2_")
     actions = inferred.sample_actions(images, masks, tokens, token_masks, noise=torch.from_numpy(ref["b2_noise"]))
-    assert rel_err(actions, ref["b2_actions"]) < 1e-4
+    assert rel_err(actions, ref["b2_actions"]) < ACTIONS_TOL
 
 
 def test_bfloat16_load_stays_close(lerobot_fixture_dir, ref):
@@ -140,4 +149,4 @@ def test_bfloat16_load_stays_close(lerobot_fixture_dir, ref):
     assert model.vlm.layers[0].input_layernorm.weight.dtype == torch.float32
     images, masks, tokens, token_masks = inputs(ref, "")
     actions = model.sample_actions(images, masks, tokens, token_masks, noise=torch.from_numpy(ref["noise"]))
-    assert rel_err(actions, ref["actions"]) < 3e-2
+    assert rel_err(actions, ref["actions"]) < BF16_TOL
