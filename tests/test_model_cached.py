@@ -1,24 +1,21 @@
 """The staged, cached model (prefill -> denoise, prefill -> extend / decode_step) against a plain uncached forward
-over the whole padded sequence (tests/model_reference.py). Inputs and weights are drawn fresh each run; the seed is
-in every failure message."""
-import os
-
+over the whole padded sequence (tests/model_reference.py). Inputs and weights come from fixed seeds, so a failure
+reproduces; the seed is in every failure message."""
 import pytest
 import torch
 
 from model_reference import reference_actions, reference_forward
 from oxygen_gym.model import PI05Config, build_model
 
+# fp32 staged model vs the float64 reference, max rel. error measured over seeds 0-7: actions 4.1e-6 (seed 0),
+# prefix hidden 3.2e-6, extend logits 2.7e-6, decode-step logits 2.6e-6. 1e-5 is ~2.5-4x those; a changed prompt
+# moves the actions by >= 0.24 (also measured), far outside it.
 TOL = 1e-5
+SEEDS = (0, 1, 2)
 
 
 def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
     return float((a.double() - ref.double()).abs().max() / ref.double().abs().max())
-
-
-@pytest.fixture
-def seed() -> int:
-    return int.from_bytes(os.urandom(4), "little")
 
 
 def tiny2() -> PI05Config:
@@ -47,6 +44,7 @@ def random_batch(gen: torch.Generator, config: PI05Config, prompt_lens: list[int
     return images, image_masks, tokens, token_masks
 
 
+@pytest.mark.parametrize("seed", [0])  # one seed: ten float64 reference passes take ~5 s
 def test_actions_equal_uncached_reference(seed):
     gen = torch.Generator().manual_seed(seed)
     model = build_model(tiny2(), seed=seed)
@@ -62,6 +60,7 @@ def test_actions_equal_uncached_reference(seed):
     assert rel_err(moved, expected) > 100 * TOL, f"seed {seed}"
 
 
+@pytest.mark.parametrize("seed", SEEDS)
 def test_language_logits_equal_uncached_reference(seed):
     """Prefill, denoise (its scratch KV left in the cache), then a text continuation two ways: one `extend` call
     of all T tokens, and T `decode_step` calls. Both must give the reference logits at every position."""
@@ -110,6 +109,7 @@ def greedy_decode(model, cache, first_logits: torch.Tensor, lengths: torch.Tenso
     return tokens, logits_seen
 
 
+@pytest.mark.parametrize("seed", SEEDS)
 def test_batched_decode_equals_each_row_alone(seed):
     gen = torch.Generator().manual_seed(seed)
     config = PI05Config.named("tiny")
@@ -143,6 +143,6 @@ def test_same_seed_same_weights_and_a_live_random_model():
     c = build_model("tiny", seed=8)
     assert not torch.equal(a.embed_tokens.weight, c.embed_tokens.weight)
     # adaRMS is live: gates near 1 but time-dependent, so the flow time changes the velocity field
-    cond = torch.randn(2, a.config.expert.width)
+    cond = torch.randn(2, a.config.expert.width, generator=torch.Generator().manual_seed(0))
     scale, shift, gate = a.expert.layers[0].input_layernorm.modulation(cond)
     assert 0.5 < float(gate.mean()) < 1.5 and float((gate[0] - gate[1]).abs().max()) > 1e-3
