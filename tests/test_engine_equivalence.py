@@ -53,10 +53,20 @@ def test_oxygen_batches_across_frames(tiny):
     assert max(batch_sizes) > 1, "requests from different frames never shared a decode step"
 
 
-def test_upper_bound_decodes_only_k_tokens(tiny):
-    workload = make_workload(5, frames=6, max_tasks=2)
-    tokens, _, _ = run_workload(tiny, "upper_bound", workload, k=2)
-    ref, _, _ = run_workload(tiny, "isolated", workload, k=2)
-    for rid, seq in tokens.items():
-        assert len(seq) <= 2
-        assert seq == ref[rid][: len(seq)]
+@pytest.mark.parametrize("k", [2, 3])
+def test_upper_bound_admits_every_request_and_decodes_exactly_k_tokens(tiny, k):
+    """upper_bound: every request is admitted in its own frame, decodes min(max_new_tokens, k) tokens (fewer only on
+    EOS), the same tokens isolated starts with, and leaves the pool by the end of that frame."""
+    workload = make_workload(6, frames=6, max_tasks=2)  # budgets 7, 12, 20, 3, 3, 12
+    budgets = [n for _, _, arrivals in workload for _, _, n in arrivals]
+
+    def nothing_carried_over(sched):
+        assert not sched.in_flight(), "upper_bound kept a request past its frame"
+
+    tokens, _, _ = run_workload(tiny, "upper_bound", workload, k=k, check=nothing_carried_over)
+    ref, _, _ = run_workload(tiny, "isolated", workload, k=k)
+    assert sorted(tokens) == sorted(ref) == list(range(len(budgets)))  # every request was admitted and decoded
+    for rid, n in enumerate(budgets):
+        assert tokens[rid] == ref[rid][: min(n, k)], f"request {rid} (max_new_tokens {n})"
+    # non-vacuous: requests whose budget and text are longer than k are cut at exactly k
+    assert sum(n > k and len(ref[rid]) > k for rid, n in enumerate(budgets)) >= 3

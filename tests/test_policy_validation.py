@@ -46,11 +46,16 @@ def test_bad_observations_raise_and_in_flight_requests_survive():
     rng = np.random.default_rng(0)
     good = [make_obs("libero", rng) for _ in range(4)]
     cases = list(_bad_observations(good[1]))
+    # This prompt's requests run to their 6-token budget on the tiny model (no EOS), so a bad call that shortened
+    # an in-flight request's budget, or lengthened it, would change where request 0 stops.
+    task = LanguageTask("narrate", "Narrate what the robot does.", max_new_tokens=6)
     # Reference: the same good observations with no bad calls in between.
-    with _policy() as ref:
+    with _policy(tasks=[task]) as ref:
         ref_out = [ref.act(o) for o in good]
-    with _policy() as policy:
+        eos = ref.tokenizer.eos_id
+    with _policy(tasks=[task]) as policy:
         out = [policy.act(good[0])]
+        assert [r.request_id for r in policy.engine.in_flight()] == [0]  # request 0 is mid-way when the bad calls come
         for name, bad, pattern in cases:
             with pytest.raises(ValueError, match=pattern):
                 policy.act(bad)
@@ -58,6 +63,9 @@ def test_bad_observations_raise_and_in_flight_requests_survive():
     for (a, ua), (b, ub) in zip(out, ref_out):
         np.testing.assert_array_equal(a, b)
         assert ua == ub
+    first = [u for _, ups in ref_out for u in ups if u.request_id == 0]
+    tokens = [t for u in first for t in u.new_token_ids]
+    assert first[-1].done and len(tokens) == 6 and eos not in tokens  # the budget binds (no EOS came)
 
 
 @pytest.mark.parametrize(
