@@ -1,5 +1,9 @@
 """The results folder: durable appends, a truncated tail after a kill, resume, the writer lock, summaries, merge."""
 import json
+import os
+import signal
+import subprocess
+import sys
 
 import pytest
 from oxygen_gym.eval.merge import merge_folders
@@ -24,18 +28,73 @@ def test_append_then_resume_skips_finished(tmp_path):
         assert f.done_keys() == {("libero_spatial", 0, 7, 0), ("libero_spatial", 0, 7, 1)}
 
 
-def test_truncated_last_line_is_dropped_and_repaired(tmp_path):
-    with ResultsFolder(tmp_path) as f:
-        f.append(rec(ep=0))
+# A writer process: appends `whole` records through ResultsFolder, then starts the last one, of which the kernel takes
+# only the first half (a short write, as on a full disk or an interrupted call), and waits there to be killed.
+KILLED_WRITER = r"""
+import json, os, sys, time
+from oxygen_gym.eval.results import ResultsFolder
+
+out, records = sys.argv[1], json.loads(sys.argv[2])
+with ResultsFolder(out) as f:
+    for r in records[:-1]:
+        f.append(r)
+    real_write = os.write
+
+    def half_then_hang(fd, data):
+        n = real_write(fd, bytes(data[: len(data) // 2]))
+        print("torn", flush=True)
+        time.sleep(600)
+        return n
+
+    os.write = half_then_hang
+    f.append(records[-1])
+"""
+
+
+def test_torn_tail_of_a_killed_writer_is_dropped_and_repaired(tmp_path):
+    records = [rec(ep=e) for e in range(3)]
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(tmp_path), json.dumps(records)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "torn\n", proc.stderr.read()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
     path = tmp_path / "episodes.jsonl"
-    with open(path, "ab") as fh:  # what a SIGKILL in the middle of a write leaves
-        fh.write(b'{"suite": "libero_spatial", "task_id": 0, "se')
-    assert len(read_records(path)) == 1
+    whole = "".join(json.dumps(r) + "\n" for r in records[:2]).encode()
+    torn = path.read_bytes()
+    assert torn.startswith(whole) and len(torn) > len(whole) and not torn.endswith(b"\n")  # a real torn tail
+    assert read_records(path) == records[:2]
+    with ResultsFolder(tmp_path) as f:  # the dead writer's lock is gone; opening cuts the tail off
+        assert f.records == records[:2]
+        assert path.read_bytes() == whole
+        f.append(records[2])  # the torn episode is not "already recorded": it is written again, on a clean line
+    assert read_records(path) == records
+    assert path.read_bytes() == whole + (json.dumps(records[2]) + "\n").encode()
+
+
+def test_each_append_is_fsynced_on_the_episodes_file_after_its_bytes(tmp_path, monkeypatch):
+    """os.fsync (or fdatasync) observed on the real descriptor: it must be the episodes file's, called once the
+    record's line is in the file and before append returns (a crash after append returns keeps the episode)."""
+    path = tmp_path / "episodes.jsonl"
+    synced: list[int] = []  # complete lines in the episodes file at each sync of it
+    real = {name: getattr(os, name) for name in ("fsync", "fdatasync")}
+
+    def observe(name):
+        def sync(fd):
+            if path.exists() and os.fstat(fd).st_ino == path.stat().st_ino:
+                synced.append(path.read_bytes().count(b"\n"))
+            return real[name](fd)
+        return sync
+
+    for name in real:
+        monkeypatch.setattr(os, name, observe(name))
     with ResultsFolder(tmp_path) as f:
-        assert len(f.records) == 1
-        f.append(rec(ep=1))
-    assert [r["episode"] for r in read_records(path)] == [0, 1]
-    assert path.read_bytes().endswith(b"\n")
+        for ep in range(3):
+            before = len(synced)
+            f.append(rec(ep=ep))
+            assert len(synced) > before, f"append of episode {ep} returned without syncing the episodes file"
+            assert synced[-1] == ep + 1, "synced before the record was written"
 
 
 def test_corrupt_middle_line_is_an_error_not_silently_dropped(tmp_path):
