@@ -92,6 +92,17 @@ class PI05Model(nn.Module):
         token_masks: torch.Tensor,
     ) -> Prefix:
         """SigLIP image tokens then scaled text embeddings, with invalid tokens compacted out."""
+        return self.embed_prefix_differentiable(images, image_masks, tokens, token_masks)
+
+    def embed_prefix_differentiable(
+        self,
+        images: list[torch.Tensor],
+        image_masks: list[torch.Tensor],
+        tokens: torch.Tensor,
+        token_masks: torch.Tensor,
+    ) -> Prefix:
+        """`embed_prefix` outside inference mode: the training forward (training.py) builds its prefix here, so
+        training and inference embed images and prompts with the very same code."""
         b = tokens.shape[0]
         n_img = self.config.vision.num_patches
         embs, valid = [], []

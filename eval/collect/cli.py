@@ -1,0 +1,56 @@
+"""`oxygen-gym collect libero`: scripted demonstrations with subtask labels, in LIBERO's HDF5 layout."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from .runner import CollectConfig, collect
+
+
+def parse_range(text: str, name: str) -> tuple[int, ...]:
+    """'0-29' or '0,3,5-7' -> the ints; a clear error naming the flag otherwise."""
+    out: list[int] = []
+    try:
+        for part in str(text).split(","):
+            if "-" in part:
+                a, b = part.split("-")
+                out.extend(range(int(a), int(b) + 1))
+            elif part.strip():
+                out.append(int(part))
+    except ValueError:
+        raise ValueError(f"{name} must look like '0-29' or '0,3,5-7', got {text!r}") from None
+    if not out or min(out) < 0:
+        raise ValueError(f"{name} must name at least one non-negative index, got {text!r}")
+    return tuple(dict.fromkeys(out))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("benchmark", choices=["libero"], help="the simulator to collect in")
+    parser.add_argument("--suite", default="libero_spatial")
+    parser.add_argument("--tasks", default="0", help="task ids, e.g. 0 or 0-9")
+    parser.add_argument("--init-states", default="0-29", help="init state indices, e.g. 0-29")
+    parser.add_argument("--variants", type=int, default=2, help="episodes per init state: 1 clean + the rest with injected noise")
+    parser.add_argument("--noise-std", type=float, default=0.3, help="injected position-action noise (action units, 1 = 5 cm)")
+    parser.add_argument("--protocol", default="openpi", choices=["openpi", "lerobot"])
+    parser.add_argument("--camera-size", type=int, default=None, help="render size (default: the protocol's)")
+    parser.add_argument("--no-fast-render", action="store_true", help="antialiased rendering (about 2x slower)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", required=True, help="folder for the HDF5 files, dataset.json and attempts.jsonl")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        cfg = CollectConfig(
+            suite=args.suite, tasks=parse_range(args.tasks, "--tasks"),
+            init_states=parse_range(args.init_states, "--init-states"), variants=args.variants,
+            noise_std=args.noise_std, protocol=args.protocol, camera_size=args.camera_size,
+            fast_render=not args.no_fast_render, workers=args.workers,
+        )
+        if cfg.variants < 1 or cfg.workers < 1 or cfg.noise_std < 0:
+            raise ValueError("--variants and --workers must be >= 1 and --noise-std >= 0")
+        counts = collect(cfg, args.out)
+    except ValueError as e:
+        print(f"oxygen-gym collect: {e}")
+        return 2
+    print(json.dumps(counts))
+    return 0

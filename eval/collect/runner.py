@@ -1,0 +1,217 @@
+"""Collect expert demonstrations: a fixed, ordered list of episodes, run by worker processes, written by the parent
+as they finish (one HDF5 file per task). Resumable: episodes already in the files or in the attempt log are skipped,
+and each episode's scene, init state and injected noise depend only on its key, so a resumed or re-run collection
+writes the same data whatever the worker count or order."""
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import time
+import zlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from .libero_hdf5 import POLICY_ORIENTATION, Demo, demo_names, write_demo
+
+ATTEMPTS = "attempts.jsonl"
+MANIFEST = "dataset.json"
+
+
+@dataclass(frozen=True)
+class EpisodeKey:
+    """One demonstration: variant 0 is the clean expert; variant v > 0 injects action noise (DART) from a seed
+    derived from the key, and the stored `actions` stay the expert's clean commands."""
+
+    suite: str
+    task_id: int
+    init_state: int
+    variant: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.suite}/task{self.task_id}/init{self.init_state}/v{self.variant}"
+
+    def noise_seed(self) -> int:
+        return int(np.random.SeedSequence([zlib.crc32(self.suite.encode()), self.task_id, self.init_state,
+                                           self.variant]).generate_state(1)[0])
+
+
+@dataclass(frozen=True)
+class CollectConfig:
+    suite: str = "libero_spatial"
+    tasks: tuple[int, ...] = (0,)
+    init_states: tuple[int, ...] = tuple(range(30))
+    variants: int = 2  # episodes per init state: 1 clean + (variants - 1) with injected noise
+    noise_std: float = 0.3  # std of the injected noise on the 3 position actions (action units; 1 = 5 cm)
+    protocol: str = "openpi"
+    camera_size: int | None = None  # None = the protocol's render size
+    fast_render: bool = True
+    max_steps: int | None = None  # None = the protocol's limit for the suite
+    workers: int = 2
+
+    def episodes(self) -> list[EpisodeKey]:
+        return [EpisodeKey(self.suite, t, i, v) for t in self.tasks for i in self.init_states for v in range(self.variants)]
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["tasks"], d["init_states"] = list(self.tasks), list(self.init_states)
+        return d
+
+
+def task_file(out: Path, suite: str, task_id: int) -> Path:
+    return out / f"{suite}_task{task_id}_demo.hdf5"
+
+
+# ------------------------------------------------------------------------------------------------ worker side
+_ENV: dict = {}
+
+
+def _env_for(cfg: CollectConfig, task_id: int):
+    import gymnasium as gym
+
+    import oxygen_gym.envs  # noqa: F401  registers the ids
+
+    key = (cfg.suite, task_id)
+    if _ENV.get("key") != key:
+        if _ENV.get("env") is not None:
+            _ENV["env"].close()
+        _ENV["env"] = gym.make("oxygen_gym/LIBERO-v0", suite=cfg.suite, task_id=task_id, protocol=cfg.protocol,
+                               camera_size=cfg.camera_size, fast_render=cfg.fast_render, max_steps=cfg.max_steps)
+        _ENV["key"] = key
+    return _ENV["env"]
+
+
+def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey, Demo | None, dict]:
+    """One expert episode; returns the demo (None when the expert failed) and its attempt record."""
+    import torch
+
+    from oxygen_gym.envs.experts import PickPlaceExpert, SubtaskLabeller
+
+    torch.set_num_threads(1)
+    env = _env_for(cfg, key.task_id)
+    t0 = time.perf_counter()
+    obs, info = env.reset(seed=env.unwrapped.protocol.seed, options={"init_state": key.init_state})
+    sim = env.unwrapped.libero_env.env
+    expert, labeller = PickPlaceExpert(sim), SubtaskLabeller(sim)
+    rng = np.random.default_rng(key.noise_seed())
+    steps: dict[str, list] = {k: [] for k in ("agentview", "wrist", "ee", "grip", "joints", "act", "exec", "states", "sub")}
+    done = False
+    while not done:
+        state = obs["state"]
+        action = expert(state)
+        executed = action.copy()
+        if key.variant > 0:
+            executed[:3] = np.clip(executed[:3] + rng.normal(0.0, cfg.noise_std, 3), -1, 1)
+        steps["agentview"].append(obs["images"]["base"])
+        steps["wrist"].append(obs["images"]["wrist"])
+        steps["ee"].append(state[:6])
+        steps["grip"].append(state[6:8])
+        steps["joints"].append(np.asarray(sim.robots[0]._joint_positions, np.float32))
+        steps["act"].append(action)
+        steps["exec"].append(executed)
+        steps["states"].append(sim.sim.get_state().flatten())
+        steps["sub"].append(labeller(state[:3], state[6:8]))
+        obs, _, terminated, truncated, info = env.step(executed)
+        done = terminated or truncated
+    record = {"episode": key.name, **asdict(key), "success": bool(info["is_success"]), "steps": int(info["step"]),
+              "seconds": round(time.perf_counter() - t0, 2)}
+    if not info["is_success"]:
+        return key, None, record
+    demo = Demo(
+        agentview=np.stack(steps["agentview"]), wrist=np.stack(steps["wrist"]),
+        ee_states=np.stack(steps["ee"]).astype(np.float32), gripper_states=np.stack(steps["grip"]).astype(np.float32),
+        joint_states=np.stack(steps["joints"]), actions=np.stack(steps["act"]).astype(np.float32),
+        executed_actions=np.stack(steps["exec"]).astype(np.float32), states=np.stack(steps["states"]),
+        subtasks=steps["sub"],
+        attrs={"init_state": key.init_state, "variant": key.variant, "episode": key.name,
+               "noise_std": cfg.noise_std if key.variant else 0.0, "seed": int(env.unwrapped.protocol.seed),
+               "language": env.unwrapped.language, "task_name": env.unwrapped.task_name},
+    )
+    return key, demo, record
+
+
+def _worker(args):
+    cfg, key = args
+    return run_expert_episode(cfg, key)
+
+
+# ------------------------------------------------------------------------------------------------ parent side
+def _done_episodes(out: Path) -> set[str]:
+    log = out / ATTEMPTS
+    done = set()
+    if log.is_file():
+        for line in log.read_text().splitlines():
+            try:
+                done.add(json.loads(line)["episode"])
+            except (json.JSONDecodeError, KeyError):
+                continue  # a line torn by a killed run: that episode runs again
+    return done
+
+
+def _file_attrs(cfg: CollectConfig, task_id: int) -> dict:
+    from oxygen_gym.envs.libero import load_suite
+
+    task = load_suite(cfg.suite).get_task(task_id)
+    return {
+        "env_name": "LIBERO-v0", "problem_info": {"language_instruction": task.language, "problem_name": task.name},
+        "bddl_file_name": f"{task.problem_folder}/{task.bddl_file}", "suite": cfg.suite, "task_id": task_id,
+        "image_orientation": POLICY_ORIENTATION, "env_args": cfg.to_json(),
+    }
+
+
+def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
+    """Run every not-yet-attempted episode of `cfg`; returns counts. Results land on disk as each episode ends."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = out / MANIFEST
+    if manifest.is_file():
+        old = json.loads(manifest.read_text())["config"]
+        keep = ("suite", "variants", "noise_std", "protocol", "camera_size", "fast_render", "max_steps")
+        diff = {k: (old.get(k), cfg.to_json()[k]) for k in keep if old.get(k) != cfg.to_json()[k]}
+        if diff:
+            raise ValueError(f"--out {out} holds a collection with other settings {diff}; use another folder")
+    attempted = _done_episodes(out)
+    pending = [k for k in cfg.episodes() if k.name not in attempted]
+    all_inits = sorted(set(cfg.init_states) | set(json.loads(manifest.read_text())["init_states"] if manifest.is_file() else []))
+    manifest.write_text(json.dumps({"config": cfg.to_json(), "init_states": all_inits, "tasks": sorted(set(cfg.tasks)),
+                                    "format": "LIBERO HDF5 (eval/collect/libero_hdf5.py)"}, indent=1))
+    counts = {"attempted_before": len(attempted), "ran": 0, "kept": 0, "failed": 0}
+    if not pending:
+        return counts
+    attrs = {t: _file_attrs(cfg, t) for t in sorted({k.task_id for k in pending})}
+    bar = tqdm(total=len(cfg.episodes()), initial=len(cfg.episodes()) - len(pending), desc="collect", unit="ep",
+               disable=not progress, dynamic_ncols=True)
+    ctx = mp.get_context("spawn")
+    jobs = [(cfg, k) for k in pending]
+    pool = ctx.Pool(cfg.workers, maxtasksperchild=None) if cfg.workers > 1 else None
+    results = pool.imap_unordered(_worker, jobs) if pool else map(_worker, jobs)
+    try:
+        with open(out / ATTEMPTS, "a") as log:
+            for key, demo, record in results:
+                counts["ran"] += 1
+                if demo is not None:
+                    path = task_file(out, key.suite, key.task_id)
+                    index = key.init_state * cfg.variants + key.variant
+                    write_demo(path, f"demo_{index}", demo, attrs[key.task_id])
+                    counts["kept"] += 1
+                else:
+                    counts["failed"] += 1
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+                os.fsync(log.fileno())
+                bar.update(1)
+                bar.set_postfix_str(f"kept {counts['kept']} failed {counts['failed']}", refresh=False)
+    finally:
+        bar.close()
+        if pool:
+            pool.terminate()
+    return counts
+
+
+def dataset_demos(out: str | Path) -> dict[Path, list[str]]:
+    """Every task file of a collection folder and its complete demos."""
+    return {p: demo_names(p) for p in sorted(Path(out).glob("*_demo.hdf5"))}
