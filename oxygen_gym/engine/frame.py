@@ -24,6 +24,7 @@ class FrameInput:
     prefix: PrefixInputs
     noise: torch.Tensor  # [1, horizon, action_dim]
     new_requests: list[Request] = field(default_factory=list)
+    session: int = 0  # which robot sent it (a server batches several robots' frames; one policy is session 0)
 
 
 @dataclass

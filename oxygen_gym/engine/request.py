@@ -25,6 +25,7 @@ class Request:
     eos_id: int
     temperature: float = 0.0
     seed: int = 0  # of this request's sampling generator (temperature > 0)
+    session: int = 0  # the robot (server connection) whose frame started it; one policy is session 0
     slot: int = -1
     prefix_len: int = 0
     length: int = 0  # cache positions written for this request
@@ -89,8 +90,9 @@ class RequestTable:
         self.by_slot.append(request)
         return request.slot
 
-    def fetch(self, device: torch.device | str) -> DecodeBatch:
-        reqs = self.by_slot
+    def fetch(self, device: torch.device | str, size: int | None = None) -> DecodeBatch:
+        """The decode batch of slots [0, size) (default: every active slot)."""
+        reqs = self.by_slot if size is None else self.by_slot[:size]
         tokens = torch.tensor([r.pending for r in reqs], dtype=torch.long, device=device)
         positions = torch.tensor([r.length for r in reqs], dtype=torch.long, device=device)
         return DecodeBatch(list(reqs), tokens, positions)
@@ -99,6 +101,24 @@ class RequestTable:
         for r, t in zip(batch.requests, tokens, strict=True):
             r.append(t)
             self.pool.lengths[r.slot] = r.length
+
+    def move_to_front(self, requests: list[Request]) -> None:
+        """Reorder slots so that `requests` hold [0, len(requests)), keeping their relative order: a decode step for
+        some robots' requests then reads one contiguous view. Each move swaps two slots' KV (pool.swap)."""
+        wanted = {id(r) for r in requests}
+        front = 0
+        for pos in range(len(self.by_slot)):
+            r = self.by_slot[pos]
+            if id(r) not in wanted:
+                continue
+            if pos != front:
+                other = self.by_slot[front]
+                self.pool.swap(front, pos)
+                self.by_slot[front], self.by_slot[pos] = r, other
+                r.slot, other.slot = front, pos
+            front += 1
+        if front != len(requests):
+            raise ValueError(f"move_to_front: {len(requests) - front} of the requests are not in the table")
 
     def evict(self, request: Request) -> None:
         """Free a request's slot; the last active request moves into the hole (its KV with it)."""

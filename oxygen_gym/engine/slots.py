@@ -3,7 +3,9 @@
 Slots [0, active) hold live requests and are kept contiguous, so a batched decode step reads the view
 `cache.rows(0, active)` with no stacking or splitting. Freeing a slot moves the last active slot into the hole.
 One extra scratch row (index `num_slots`) serves prefills whose KV is not kept (an action path with no language
-request to hand it to, or a full pool), so actions never wait for a slot.
+request to hand it to, or a full pool), so actions never wait for a slot. A pool shared by several robots has
+`scratch_rows` of them (rows `num_slots .. num_slots + scratch_rows - 1`): one batched frame prefills and denoises
+every robot's observation in that contiguous block.
 """
 from __future__ import annotations
 
@@ -23,15 +25,20 @@ class SlotPool:
         head_dim: int,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
+        scratch_rows: int = 1,
     ) -> None:
         if num_slots < 1:
             raise ValueError(f"num_slots must be >= 1, got {num_slots}")
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
+        if scratch_rows < 1:
+            raise ValueError(f"scratch_rows must be >= 1, got {scratch_rows}")
         self.num_slots = num_slots
-        self.cache = KVCache.empty(layers, num_slots + 1, kv_heads, capacity, head_dim, device=device, dtype=dtype)
+        self.scratch_rows = scratch_rows
+        rows = num_slots + scratch_rows
+        self.cache = KVCache.empty(layers, rows, kv_heads, capacity, head_dim, device=device, dtype=dtype)
         self.active = 0
-        self.lengths = [0] * (num_slots + 1)  # valid cache positions per slot (for moves)
+        self.lengths = [0] * rows  # valid cache positions per slot (for moves)
         self.owner: list[int | None] = [None] * num_slots
 
     @property
@@ -77,6 +84,22 @@ class SlotPool:
         self.active -= 1
         return moved
 
+    def swap(self, a: int, b: int) -> None:
+        """Exchange two active slots' KV and owners (a multi-robot decode step gathers its robots' requests at the
+        front of the active range, so the step still reads one contiguous view)."""
+        if a == b:
+            return
+        for s in (a, b):
+            if not 0 <= s < self.active:
+                raise ValueError(f"slot {s} is not active (active range [0, {self.active}))")
+        la, lb = self.lengths[a], self.lengths[b]
+        saved_k, saved_v = self.cache.k[:, a, :, :la].clone(), self.cache.v[:, a, :, :la].clone()
+        self.copy(b, a, lb)
+        self.cache.k[:, b, :, :la] = saved_k
+        self.cache.v[:, b, :, :la] = saved_v
+        self.lengths[b] = la
+        self.owner[a], self.owner[b] = self.owner[b], self.owner[a]
+
     def copy(self, src: int, dst: int, length: int) -> None:
         """Copy the first `length` KV positions of slot `src` into slot `dst` (every layer, one op each)."""
         if length:
@@ -89,7 +112,7 @@ class SlotPool:
 
     def reset(self) -> None:
         self.active = 0
-        self.lengths = [0] * (self.num_slots + 1)
+        self.lengths = [0] * (self.num_slots + self.scratch_rows)
         self.owner = [None] * self.num_slots
 
     def check_invariants(self) -> None:
