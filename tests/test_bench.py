@@ -50,8 +50,9 @@ def sweep(tmp_path_factory):
     return out, run_bench(cfg)
 
 
-def test_sweep_writes_every_file_and_plot(sweep):
+def test_sweep_writes_every_file_and_plot(sweep, tiny):
     out, results = sweep
+    weights = sum(t.numel() * t.element_size() for t in tiny.parameters())
     on_disk = json.loads((out / "results.json").read_text())
     assert on_disk["config"]["model"] == "tiny" and on_disk["config"]["kernel_path"] in ("eager", "onednn")
     assert {p["mode"] for p in on_disk["points"]} == set(ALL_MODES)
@@ -61,8 +62,10 @@ def test_sweep_writes_every_file_and_plot(sweep):
             assert field in p, f"point {p['mode']} N={p['N']} k={p['k']} lacks {field}"
         assert p["frames"] == 20
         assert set(p["stage_ms"]) == {"prefill", "denoise", "decode", "manager"}
-        assert p["frame_ms_p50"] <= p["frame_ms_p99"]
-        assert p["peak_memory_bytes"] > 0 and p["ideal_frame_ms"] > 0
+        assert p["ideal_frame_ms"] > 0
+        # CPU: memory is the computed held bytes (at least the weights); no peak is claimed, since none is measured
+        assert p["held_memory_bytes"] > weights and p["peak_memory_bytes"] is None
+        assert p["peak_memory_method"].startswith("not measured")
     for name in PLOTS:
         info = on_disk["plots"][name]
         assert "file" in info, f"{name} was not drawn: {info}"
@@ -70,8 +73,17 @@ def test_sweep_writes_every_file_and_plot(sweep):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = (out / "results.md").read_text()
     assert "| isolated |" in md and "## Targets" in md and "## Soak" in md
-    lines = (out / "frames.jsonl").read_text().splitlines()
-    assert len(lines) == sum(p["frames"] + p["warmup_frames"] for p in on_disk["points"])
+    frames = [json.loads(line) for line in (out / "frames.jsonl").read_text().splitlines()]
+    assert len(frames) == sum(p["frames"] + p["warmup_frames"] for p in on_disk["points"])
+    # every point's timing figures are those of its own measured frames in frames.jsonl (warm-up excluded)
+    for p in on_disk["points"]:
+        key = f"{p['workload']}|{p['mode']}|N={p['N']}|k={p['k'] if p['k'] is not None else '-'}|S={p['S']}"
+        ms = np.array([f["frame_ms"] for f in frames if f["point"] == key and not f["warmup"]])
+        assert len(ms) == p["frames"] == 20, key
+        assert p["frame_ms_mean"] == pytest.approx(ms.mean(), rel=1e-9)
+        assert p["frame_ms_p50"] == pytest.approx(np.median(ms), rel=1e-9)
+        assert p["frame_ms_p99"] == pytest.approx(np.percentile(ms, 99), rel=1e-9)
+        assert p["action_hz"] == pytest.approx(on_disk["config"]["horizon"] * 1e3 / ms.mean(), rel=1e-9)
     assert on_disk["soak"]["summary"]["frames"] > 0 and on_disk["soak"]["summary"]["peak_active"] == 6
     assert {t["name"] for t in on_disk["targets"]} >= {"efficiency oxygen, N=30, k=5", "shared / isolated, N=5"}
     assert "eager" in on_disk["decode_scaling"]["ms"]
@@ -97,16 +109,17 @@ def test_sweep_measures_what_each_mode_does(sweep):
         assert p["tokens"] == 6 * 20
         assert math.isclose(p["language_tokens_per_s"] * p["frame_ms_mean"] / 1e3, 6, rel_tol=1e-6)
     assert ub["tokens"] == 3 * 20 and ub["mean_batch_size"] == 1
-    assert math.isclose(iso["action_hz"], 10 / (iso["frame_ms_mean"] / 1e3))
     assert iso["speedup_vs_isolated"] == 1.0
+    assert ox1["speedup_vs_isolated"] == pytest.approx(iso["frame_ms_mean"] / ox1["frame_ms_mean"])  # against its own N
     # the ideal model is the paper's closed form at the group's own stage costs
     c = results["stage_costs_by_group"]["fixed N=6 S=10"]
     d = {int(b): v for b, v in c["d_ms"].items()}
     assert iso["ideal_frame_ms"] == pytest.approx(2 * c["P_ms"] + c["D_ms"]["10"] + 6 * d[1])
     assert ox1["ideal_frame_ms"] == pytest.approx(c["P_ms"] + c["D_ms"]["10"] + d[6])
     assert ox3["ideal_frame_ms"] == pytest.approx(c["P_ms"] + c["D_ms"]["10"] + 3 * d[2])
-    # oxygen holds ceil(N/k) requests' KV, isolated one
-    assert ox1["peak_memory_bytes"] > iso["peak_memory_bytes"]
+    # held KV: oxygen k=1 keeps N/k = 6 requests' slots, k=3 keeps 2, isolated 1 (all of one size at one N)
+    slot = ox3["held_memory_bytes"] - iso["held_memory_bytes"]
+    assert slot > 0 and ox1["held_memory_bytes"] - iso["held_memory_bytes"] == 5 * slot
     # every request of the mixed workload is either 2 or 6 tokens long
     mixed = _point(results, mode="shared", workload="mixed:2/6")
     assert 2 * 20 <= mixed["tokens"] <= 6 * 20
@@ -206,9 +219,11 @@ def test_onednn_path_matches_f_linear_and_keeps_modes_equivalent():
     model = build_model("tiny", seed=3)
     assert cpu_kernels.set_path(model, "onednn") == "onednn" and cpu_kernels.path_of(model) == "onednn"
     layer = model.vlm.layers[0].mlp.gate_proj
+    gen = torch.Generator().manual_seed(0)
     for rows in (1, 2, 6, 64, 65):
-        x = torch.randn(rows, layer.in_features)
-        torch.testing.assert_close(cpu_kernels.packed_linear(x, layer), torch.nn.functional.linear(x, layer.weight), atol=1e-5, rtol=1e-5)
+        x = torch.randn(rows, layer.in_features, generator=gen)
+        # measured max abs difference 1.2e-6 (a different summation order); 5e-6 is ~4x that
+        torch.testing.assert_close(cpu_kernels.packed_linear(x, layer), torch.nn.functional.linear(x, layer.weight), atol=5e-6, rtol=0)
     for seed, k in ((11, 1), (13, 5)):
         workload = make_workload(seed, frames=14, max_tasks=3)
         ref_tokens, ref_actions, _ = run_workload(model, "isolated", workload, k=k)
@@ -216,7 +231,7 @@ def test_onednn_path_matches_f_linear_and_keeps_modes_equivalent():
             tokens, actions, _ = run_workload(model, mode, workload, k=k)
             assert tokens == ref_tokens, f"{mode} generated different text than isolated on the onednn path"
             for a, b in zip(actions, ref_actions):
-                torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(a, b, atol=0, rtol=0)  # measured: bit-identical (same kernels, shapes)
     cpu_kernels.set_path(model, "eager")
     assert cpu_kernels.path_of(model) == "eager" and cpu_kernels.packed_bytes(model) == 0
 
@@ -238,7 +253,8 @@ def test_static_shape_bodies_of_the_cuda_graphs_match_eager(tiny):
     graph.set_inputs(3, torch.tensor([lengths[3]]), noise)
     graph.run()
     eager = tiny.denoise(pool.view(3, 4), torch.tensor([lengths[3]]), noise, 10)
-    torch.testing.assert_close(graph.out, eager, atol=1e-5, rtol=1e-5)
+    # measured max abs differences: denoise 1.4e-6 (actions up to 3.7), decode 5.7e-7 (logits up to 0.8); ~3.5x those
+    torch.testing.assert_close(graph.out, eager, atol=5e-6, rtol=0)
     tokens, positions = torch.tensor([5, 6, 7, 8, 9]), torch.tensor(lengths)
     saved = pool.cache.k.clone(), pool.cache.v.clone()
     step = _DecodeGraph(tiny, pool, 8)  # batch 5 padded to the bucket of 8
@@ -247,7 +263,7 @@ def test_static_shape_bodies_of_the_cuda_graphs_match_eager(tiny):
     logits = step.logits[:5].clone()
     pool.cache.k.copy_(saved[0])
     pool.cache.v.copy_(saved[1])
-    torch.testing.assert_close(logits, tiny.decode_step(pool.view(0, 5), tokens, positions), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(logits, tiny.decode_step(pool.view(0, 5), tokens, positions), atol=2e-6, rtol=0)
 
 
 # ---------------------------------------------------------------------------------------------- GPU (skipped here)

@@ -51,9 +51,17 @@ def point_metrics(
     ideal = out["ideal_frame_ms"]
     out["efficiency"] = ideal / out["frame_ms_p50"] if ideal else None
     out["efficiency_mean"] = ideal / out["frame_ms_mean"] if ideal else None
+    # Memory. `held_memory_bytes` is computed, not measured: the bytes of the weights, packed weights and KV pool
+    # tensors the point's engine holds. A peak is only reported where it is measured: on CUDA, the caching
+    # allocator's peak above each frame's start. On CPU the points of a group run interleaved in one process, so
+    # no per-point high-water mark exists to read; `peak_memory_bytes` is then None rather than a computed figure.
     transient = [r.transient_bytes for r in measured if r.transient_bytes is not None]
-    out["peak_memory_bytes"] = int(held_bytes + (max(transient) if transient else 0))
-    out["peak_memory_method"] = "weights + kv pool + peak transient (CUDA)" if transient else "weights + packed weights + kv pool"
+    out["held_memory_bytes"] = int(held_bytes)
+    out["peak_memory_bytes"] = int(held_bytes + max(transient)) if transient else None
+    out["peak_memory_method"] = (
+        "measured: held tensors + the CUDA allocator's peak transient per frame" if transient
+        else "not measured (CPU); see held_memory_bytes, computed from tensor sizes"
+    )
     latencies = np.array([x for r in measured for x in r.request_latency_ms])
     out.update(
         requests_started=int(sum(r.new_requests for r in measured)),

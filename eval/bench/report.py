@@ -55,8 +55,11 @@ def markdown(results: dict) -> str:
     cuda = any("energy_j_per_request" in p for p in results["points"])
     head = [
         "workload", "mode", "N", "k", "S", "T p50 ms", "T p99 ms", "ideal ms", "formula", "eff", "action Hz", "tok/s",
-        "batch", "speedup", "prefill", "denoise", "decode", "manager", "mgr %", "peak MB",
+        "batch", "speedup", "prefill", "denoise", "decode", "manager", "mgr %", "held MB",
     ]
+    peak = any(p.get("peak_memory_bytes") for p in results["points"])  # measured on CUDA only (metrics.py)
+    if peak:
+        head += ["peak MB"]
     if cuda:
         head += ["W", "J/request"]
     lines += ["## Points", "", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
@@ -71,8 +74,10 @@ def markdown(results: dict) -> str:
             _f(p.get("ideal_frame_ms")), p.get("ideal_formula", ""), _f(p.get("efficiency"), 3), _f(p["action_hz"], 2),
             _f(p["language_tokens_per_s"], 1), _f(p["mean_batch_size"], 1), _f(p.get("speedup_vs_isolated"), 2),
             _f(s["prefill"]), _f(s["denoise"]), _f(s["decode"]), _f(s["manager"], 2), _f(p["manager_share"], 2, pct=True),
-            _mb(p.get("peak_memory_bytes")),
+            _mb(p.get("held_memory_bytes")),
         ]
+        if peak:
+            row += [_mb(p.get("peak_memory_bytes"))]
         if cuda:
             row += [_f(p.get("avg_power_w"), 0), _f(p.get("energy_j_per_request"), 2)]
         lines.append("| " + " | ".join(str(x) for x in row) + " |")
