@@ -65,16 +65,20 @@ def build_prefix_inputs(
     state_normalizer,
     state_pad_to: int | None = 32,
     device: torch.device,
+    camera_slots: dict[str, str] | None = None,
+    image_resize: str = "pil",
 ) -> PrefixInputs:
-    """Camera images into the model's slots (absent slots masked), normalised state into the prompt."""
-    by_slot = {robot.cameras[name]: img for name, img in images.items() if name in robot.cameras}
+    """Camera images into the model's slots (absent slots masked), normalised state into the prompt.
+    `camera_slots`: robot camera -> model slot (default the robot's own); `image_resize`: "pil" | "torch"."""
+    camera_slots = robot.cameras if camera_slots is None else camera_slots
+    by_slot = {camera_slots[name]: img for name, img in images.items() if name in camera_slots}
     tensors, masks = [], []
     for slot in model_slots:
         present = slot in by_slot
-        x = preprocess_image(by_slot[slot], image_size) if present else missing_image(image_size)
+        x = preprocess_image(by_slot[slot], image_size, image_resize) if present else missing_image(image_size)
         tensors.append(x[None].to(device))
         masks.append(torch.tensor([present], device=device))
-    norm_state = state_normalizer.normalize(robot.state_to_model(state.astype(np.float32)))
+    norm_state = state_normalizer.normalize(robot.state_to_model(state.astype(np.float32))) if discrete_state else None
     try:
         tokens, mask = tokenize_prompt(
             tokenizer, prompt, norm_state if discrete_state else None, max_token_len, discrete_state, state_pad_to

@@ -51,7 +51,15 @@ class MultiTaskPolicy:
         action_horizon: int | None = None,
         num_steps: int | None = None,
         num_slots: int | None = None,
+        chunk: int | None = None,
+        camera_slots: dict[str, str] | None = None,
+        state_normalizer: normalize.Normalizer | None = None,
+        action_normalizer: normalize.Normalizer | None = None,
+        image_resize: str = "pil",
     ) -> None:
+        """`action_horizon`: actions act() returns (default: the robot's); `chunk`: actions denoised (default
+        `action_horizon`; a checkpoint's own chunk via from_pretrained). `camera_slots`: robot camera -> model image
+        slot (default: the robot's openpi slots). Normalisers default to openpi's quantiles over `norm_stats`."""
         self.robot = robot if isinstance(robot, RobotSpec) else get_robot(robot)
         if mode not in POLICY_MODES:
             raise ValueError(f"mode: unknown mode {mode!r}; expected one of {POLICY_MODES}")
@@ -66,19 +74,24 @@ class MultiTaskPolicy:
         self.horizon = int(action_horizon or self.robot.horizon)
         if self.horizon <= 0:
             raise ValueError(f"action_horizon must be > 0, got {self.horizon}")
+        self.chunk = int(chunk or self.horizon)
+        if self.chunk < self.horizon:
+            raise ValueError(f"chunk ({self.chunk}) must be >= action_horizon ({self.horizon}): actions are cut from it")
+        self.camera_slots = dict(camera_slots) if camera_slots is not None else dict(self.robot.cameras)
+        self.image_resize = image_resize
         if self.robot.action_dim > cfg.action_dim:
             raise ValueError(f"robot {self.robot.name!r} needs {self.robot.action_dim} action dims; model has {cfg.action_dim}")
         self.num_steps = int(num_steps or cfg.num_steps)
         self.budget = make_budget(
             decode_budget, target_action_hz=target_action_hz, horizon=self.horizon, language_deadline_s=language_deadline_s
         )
-        self.state_norm = normalize.from_stats(norm_stats, "state", "observation.state")
-        self.action_norm = normalize.from_stats(norm_stats, "actions", "action")
+        self.state_norm = state_normalizer or normalize.from_stats(norm_stats, "state", "observation.state")
+        self.action_norm = action_normalizer or normalize.from_stats(norm_stats, "actions", "action")
         self._task_prompt_ids = {t.name: tokenizer.encode(" " + t.prompt.strip() + "\n") for t in tasks}
         self.model_slots = tuple(s for s in cfg.image_slots)
         max_prefix = len(self.model_slots) * cfg.vision.num_patches + cfg.max_token_len
         max_cont = max((len(self._task_prompt_ids[t.name]) + t.max_new_tokens for t in tasks), default=0)
-        capacity = max_prefix + max(self.horizon, max_cont)
+        capacity = max_prefix + max(self.chunk, max_cont)
         per_slot = slot_bytes(
             layers=cfg.vlm.depth, kv_heads=cfg.vlm.num_kv_heads, head_dim=cfg.vlm.head_dim, capacity=capacity, dtype=model.dtype
         )
@@ -104,6 +117,7 @@ class MultiTaskPolicy:
         self._records: list[dict] = []
         self.frame = 0
         self.last_frame: dict | None = None
+        self.conventions = None  # a checkpoint's resolved conventions (from_pretrained), for inspection
         self._closed = False
 
     # ------------------------------------------------------------------ construction
@@ -112,7 +126,7 @@ class MultiTaskPolicy:
         cls,
         name_or_path: str | Path = "tiny",
         *,
-        robot: str = "libero",
+        robot: str | RobotSpec = "libero",
         tasks=(),
         decode_budget: int | str = 5,
         target_action_hz: float | None = None,
@@ -121,46 +135,105 @@ class MultiTaskPolicy:
         device: str = "cpu",
         dtype: torch.dtype | None = None,
         seed: int = 0,
+        tokenizer=None,
+        norm_stats=None,
+        asset_id: str | None = None,
+        camera_map: dict | None = None,
+        discrete_state: bool | None = None,
+        action_horizon: int | None = None,
+        family: str | None = None,
+        image_resize: str | None = None,
+        revision: str | None = None,
         **kwargs,
     ) -> "MultiTaskPolicy":
-        """A built-in model name (`tiny`, `small`, `pi05`: random weights from `seed`) or a pi0.5 checkpoint
-        (local folder or hub id, lerobot's safetensors layout)."""
-        from oxygen_gym.model.init import build_model, default_dtype
-        from oxygen_gym.model.tokenizer import tokenizer_for
+        """A built-in model name (`tiny`, `small`, `pi05`: random weights from `seed`), a shipped trained model
+        (`libero-spatial`, model/trained.py), or a pi0.5 checkpoint folder / hub id of any family that
+        policies/checkpoints knows (ours, lerobot, openpi). A checkpoint's cameras, normalisation, chunk, prompt
+        format and tokenizer are resolved before its weights load, as its authors' own eval does; every guess is a
+        `CheckpointGuessWarning` naming the argument that overrides it (`oxygen-gym inspect` lists them)."""
+        import warnings
+
+        from oxygen_gym.model.init import default_dtype
+
+        from .checkpoints import CheckpointGuessWarning, resolve_conventions
 
         if mode not in POLICY_MODES:
             raise ValueError(f"mode: unknown mode {mode!r}; expected one of {POLICY_MODES}")
-        get_robot(robot)
+        robot_spec = robot if isinstance(robot, RobotSpec) else get_robot(robot)
         dev = torch.device(device)
         dtype = dtype or default_dtype(dev)
         if isinstance(name_or_path, str) and name_or_path in BUILTIN:
-            model = build_model(PI05Config.named(name_or_path), seed=seed, device=dev, dtype=dtype)
-            tokenizer, stats = tokenizer_for(model.config.vocab_size), None
-        else:
-            from oxygen_gym.model.loading import load_pretrained
+            return cls._builtin(
+                name_or_path, robot_spec, dev, dtype, seed=seed, tokenizer=tokenizer, norm_stats=norm_stats,
+                camera_map=camera_map, discrete_state=discrete_state, action_horizon=action_horizon,
+                image_resize=image_resize, tasks=tasks, decode_budget=decode_budget, target_action_hz=target_action_hz,
+                language_deadline_s=language_deadline_s, mode=mode, **kwargs,
+            )
+        from oxygen_gym.model.loading import load_pretrained
 
-            model = load_pretrained(name_or_path, device=dev, dtype=dtype)
-            folder = getattr(model, "checkpoint_dir", None) or name_or_path
-            tokenizer, stats = tokenizer_for(model.config.vocab_size, folder), getattr(model, "norm_stats", None)
-        return cls(
-            model, tokenizer, robot=robot, tasks=tasks, decode_budget=decode_budget, target_action_hz=target_action_hz,
-            language_deadline_s=language_deadline_s, mode=mode, seed=seed, norm_stats=stats, **kwargs,
+        conv = resolve_conventions(
+            name_or_path, robot_spec, tokenizer=tokenizer, norm_stats=norm_stats, asset_id=asset_id,
+            camera_map=camera_map, discrete_state=discrete_state, action_horizon=action_horizon, family=family,
+            image_resize=image_resize, revision=revision,
         )
+        for message in conv.warnings:
+            warnings.warn(f"{conv.root.name}: {message}", CheckpointGuessWarning, stacklevel=2)
+        model = load_pretrained(conv.root, config=conv.config, device=dev, dtype=dtype, asset_id=conv.asset_id)
+        policy = cls(
+            model, conv.tokenizer, robot=robot_spec, tasks=tasks, decode_budget=decode_budget,
+            target_action_hz=target_action_hz, language_deadline_s=language_deadline_s, mode=mode, seed=seed,
+            action_horizon=conv.n_actions, chunk=conv.config.action_horizon, camera_slots=conv.camera_slots,
+            state_normalizer=conv.state_norm, action_normalizer=conv.action_norm, image_resize=conv.image_resize,
+            **kwargs,
+        )
+        policy.conventions = conv
+        return policy
+
+    @classmethod
+    def _builtin(cls, name: str, robot: RobotSpec, dev, dtype, *, seed: int, tokenizer, norm_stats, camera_map,
+                 discrete_state, action_horizon, image_resize, **kwargs) -> "MultiTaskPolicy":
+        """A random-weight built-in model: the robot's slots and horizon, no statistics unless given."""
+        from oxygen_gym.model.init import build_model
+        from oxygen_gym.model.tokenizer import find_tokenizer
+
+        from .checkpoints import map_cameras
+        from .checkpoints.resolve import _stats
+
+        cfg = PI05Config.named(name)
+        if discrete_state is not None:
+            cfg = PI05Config(**{**cfg.to_dict(), "discrete_state": bool(discrete_state)})
+        if action_horizon is not None and (isinstance(action_horizon, bool) or not isinstance(action_horizon, int)
+                                           or action_horizon < 1):
+            raise ValueError(f"action_horizon must be a positive int or None, got {action_horizon!r}")
+        slots = map_cameras(robot, cfg.image_slots, camera_map)[0] if camera_map is not None else None
+        stats = _stats(Path("."), "ours", norm_stats, None)[0] if norm_stats is not None else None
+        tok = find_tokenizer(cfg.vocab_size, None, tokenizer)[0]
+        model = build_model(cfg, seed=seed, device=dev, dtype=dtype)
+        kwargs.setdefault("action_horizon", action_horizon)
+        return cls(model, tok, robot=robot, seed=seed, norm_stats=stats, camera_slots=slots,
+                   image_resize=image_resize or "pil", **kwargs)
 
     # ------------------------------------------------------------------ the loop
-    def act(self, obs: dict) -> tuple[np.ndarray, list[LanguageUpdate]]:
-        if self._closed:
-            raise RuntimeError("policy is closed")
+    def model_inputs(self, obs: dict):
+        """What act() feeds the model for `obs`: images per slot (absent ones masked), prompt tokens and mask
+        (`PrefixInputs`). Checks the observation; touches no engine state."""
         images, state, prompt = check_observation(obs, self.robot)
         cfg = self.model.config
-        prefix = build_prefix_inputs(
+        return build_prefix_inputs(
             images, state, prompt, robot=self.robot, model_slots=self.model_slots, image_size=cfg.vision.image_size,
             tokenizer=self.tokenizer, max_token_len=cfg.max_token_len, discrete_state=cfg.discrete_state,
             state_normalizer=self.state_norm, state_pad_to=cfg.state_pad_to, device=self.model.device,
+            camera_slots=self.camera_slots, image_resize=self.image_resize,
         )
+
+    def act(self, obs: dict) -> tuple[np.ndarray, list[LanguageUpdate]]:
+        if self._closed:
+            raise RuntimeError("policy is closed")
+        cfg = self.model.config
+        prefix = self.model_inputs(obs)
         frame = self.frame
         noise_gen = torch.Generator().manual_seed(_seed_for(self.seed, frame))
-        noise = torch.randn(1, self.horizon, cfg.action_dim, generator=noise_gen).to(self.model.device)
+        noise = torch.randn(1, self.chunk, cfg.action_dim, generator=noise_gen).to(self.model.device)
         new = [self._new_request(t, frame) for t in self.tasks if frame % t.every == 0]
         in_flight = self.engine.in_flight() + new
         now = time.perf_counter()

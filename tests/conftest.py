@@ -12,7 +12,7 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
-FIXTURE_DIR = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "lerobot_pi05_tiny"
+FIXTURE_DIR = Path(__file__).resolve().parent / "fixtures" / "lerobot_pi05_tiny"  # lerobot 0.4.4 outputs (README.md there)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -29,5 +29,5 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def lerobot_fixture_dir() -> Path:
     if not (FIXTURE_DIR / "reference.npz").exists():
-        pytest.skip(f"lerobot PI05 fixture not found at {FIXTURE_DIR} (it lives in ../shared beside the checkout)")
+        pytest.fail(f"lerobot PI05 fixture missing at {FIXTURE_DIR}: it is part of the repository (git checkout it)")
     return FIXTURE_DIR

@@ -260,13 +260,38 @@ def _vision_dims(shapes: dict) -> VisionDims:
 
 
 # ------------------------------------------------------------------------------------------------ save
-def save_pretrained(model: PI05Model, directory: str | Path, norm_stats: dict[str, NormStats] | None = None) -> Path:
-    """Write config.json (lerobot's fields plus our exact dims under `oxygen_gym`) and model.safetensors in
-    lerobot's key layout; with `norm_stats` (default: `model.norm_stats`), lerobot's processor stat files too."""
+def save_pretrained(
+    model: PI05Model,
+    directory: str | Path,
+    norm_stats: dict[str, NormStats] | None = None,
+    *,
+    n_action_steps: int | None = None,
+    normalization: dict[str, str] | None = None,
+) -> Path:
+    """Write config.json (lerobot's fields plus our exact config under `oxygen_gym`) and model.safetensors in
+    lerobot's key layout; with `norm_stats` (default: `model.norm_stats`), lerobot's processor stat files too.
+
+    What our own family reads back (policies/checkpoints): the whole PI05Config (dims, image slots, chunk =
+    `action_horizon`, `discrete_state`, `state_pad_to`, `max_token_len`), `n_action_steps` (actions act() returns;
+    default the whole chunk) and `normalization_mapping` (`normalization`, e.g. {"STATE": "MEAN_STD"}; default
+    QUANTILES for both), applied with openpi's formulas."""
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     save_file(to_checkpoint(model), str(root / WEIGHTS_FILE), metadata={"format": "pt"})
     config = lerobot_config(model)
+    chunk = model.config.action_horizon
+    if n_action_steps is not None:
+        if isinstance(n_action_steps, bool) or not isinstance(n_action_steps, int) or not 1 <= n_action_steps <= chunk:
+            raise ValueError(f"n_action_steps must be an int in 1..{chunk} (the chunk), got {n_action_steps!r}")
+        config["n_action_steps"] = n_action_steps
+    if normalization:
+        unknown = sorted(set(normalization) - {"STATE", "ACTION"})
+        if unknown:
+            raise ValueError(f"normalization: keys must be STATE and/or ACTION, got {unknown}")
+        bad = {k: v for k, v in normalization.items() if v not in ("IDENTITY", "MEAN_STD", "QUANTILES")}
+        if bad:
+            raise ValueError(f"normalization: {bad}; our checkpoints use IDENTITY, MEAN_STD or QUANTILES (openpi's formulas)")
+        config["normalization_mapping"] = {**config["normalization_mapping"], **normalization}
     (root / CONFIG_FILE).write_text(json.dumps(config, indent=4))
     stats = norm_stats if norm_stats is not None else getattr(model, "norm_stats", None)
     if stats:

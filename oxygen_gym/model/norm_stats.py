@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-STAT_NAMES = ("mean", "std", "q01", "q99")
+STAT_NAMES = ("mean", "std", "q01", "q99", "min", "max", "q10", "q90")
 _CANONICAL = {"observation.state": "state", "action": "actions"}
 _LEROBOT_NAMES = {v: k for k, v in _CANONICAL.items()}
 PREPROCESSOR = "policy_preprocessor"
@@ -34,6 +34,10 @@ class NormStats:
     std: np.ndarray | None = None
     q01: np.ndarray | None = None
     q99: np.ndarray | None = None
+    min: np.ndarray | None = None  # lerobot's MIN_MAX mode
+    max: np.ndarray | None = None
+    q10: np.ndarray | None = None  # lerobot's QUANTILE10 mode
+    q90: np.ndarray | None = None
     source: str = field(default="openpi", compare=False)
 
     def __getitem__(self, name: str) -> np.ndarray | None:

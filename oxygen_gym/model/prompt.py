@@ -8,8 +8,9 @@ Prompt (openpi `PaligemmaTokenizer.tokenize`, lerobot `Pi05PrepareStateTokenizer
 - otherwise (pi0 form, e.g. openpi's pi05_libero): BOS + cleaned instruction, then `\\n` encoded on its own.
 `cleaned` = instruction stripped, with `_` and newlines turned into spaces. Right-padded with 0 to `max_len`.
 
-Images: uint8 `(H, W, 3)` -> resize with padding to 224 x 224 with PIL bilinear (openpi's client
-`image_tools.resize_with_pad`: keep the aspect ratio, pad black, centred) -> float in [-1, 1], `(3, 224, 224)`.
+Images: uint8 `(H, W, 3)` -> resize with padding to 224 x 224 (keep the aspect ratio, pad black, centred) with PIL
+bilinear on uint8 (openpi's client `image_tools.resize_with_pad`) or, for lerobot checkpoints, torch bilinear without
+antialias on float (lerobot's `resize_with_pad_torch`) -> float in [-1, 1], `(3, 224, 224)`.
 """
 from __future__ import annotations
 
@@ -98,8 +99,29 @@ def resize_with_pad(image: np.ndarray, height: int, width: int) -> np.ndarray:
     return np.asarray(canvas)
 
 
-def preprocess_image(image: np.ndarray, size: int = 224) -> torch.Tensor:
-    """uint8 `(H, W, 3)` camera image -> float32 `(3, size, size)` in [-1, 1] (SigLIP's input range)."""
+def resize_with_pad_torch(image: np.ndarray, height: int, width: int) -> torch.Tensor:
+    """lerobot's resize (`resize_with_pad_torch`, policies/common/vla_utils.py): uint8 -> float [0, 1], torch
+    bilinear without antialias (align_corners False), clamped, centred on black. Returns float `(3, height, width)`."""
+    image = _check_image(image)
+    x = torch.from_numpy(image.astype(np.float32) / 255.0).permute(2, 0, 1)[None]
+    cur_h, cur_w = image.shape[:2]
+    if (cur_h, cur_w) == (height, width):
+        return x[0]
+    ratio = max(cur_w / width, cur_h / height)
+    new_h, new_w = int(cur_h / ratio), int(cur_w / ratio)
+    x = torch.nn.functional.interpolate(x, size=(new_h, new_w), mode="bilinear", align_corners=False).clamp(0.0, 1.0)
+    top, left = (height - new_h) // 2, (width - new_w) // 2
+    x = torch.nn.functional.pad(x, (left, width - new_w - left, top, height - new_h - top), value=0.0)
+    return x[0]
+
+
+def preprocess_image(image: np.ndarray, size: int = 224, resize: str = "pil") -> torch.Tensor:
+    """uint8 `(H, W, 3)` camera image -> float32 `(3, size, size)` in [-1, 1] (SigLIP's input range).
+    `resize`: "pil" (openpi's client, uint8 PIL bilinear) or "torch" (lerobot's policy, float torch bilinear)."""
+    if resize == "torch":
+        return resize_with_pad_torch(image, size, size) * 2.0 - 1.0
+    if resize != "pil":
+        raise ValueError(f"resize must be 'pil' or 'torch', got {resize!r}")
     img = resize_with_pad(image, size, size)
     x = torch.from_numpy(img.astype(np.float32)).permute(2, 0, 1)
     return x / 255.0 * 2.0 - 1.0

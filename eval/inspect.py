@@ -1,0 +1,135 @@
+"""`oxygen-gym inspect CHECKPOINT [--robot libero]`: what the policy will feed a checkpoint, before a long eval.
+
+Prints the family, dims, parameter count and dtypes, camera -> slot mapping, normalisation per feature, chunk and
+execute lengths, an example prompt exactly as tokenised, the tokenizer found, and every guess. Reads file headers
+and JSON only: no weights are loaded.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+RESIZE_NAMES = {"pil": "PIL bilinear on uint8 (openpi's client)", "torch": "torch bilinear, no antialias (lerobot)"}
+RETURNS = {"openpi": "the whole chunk (openpi; its LIBERO client executes replan_steps=5)",
+           "openpi-training": "the whole chunk (openpi)", "ours": "n_action_steps (ours)"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", help="checkpoint folder, hub id, or a shipped trained model name")
+    parser.add_argument("--robot", default="libero", help="libero, droid or aloha (default libero)")
+    add_policy_arguments(parser)
+    parser.add_argument("--prompt", default="pick up the black bowl and place it on the plate",
+                        help="instruction for the example prompt")
+
+
+def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    """The checkpoint-convention flags shared by inspect, eval and demo (from_pretrained's arguments)."""
+    g = parser.add_argument_group("checkpoint conventions (each overrides a value read or guessed from the checkpoint)")
+    g.add_argument("--tokenizer", default=None, metavar="PATH",
+                   help="PaliGemma SentencePiece model (file, or folder holding tokenizer.model)")
+    g.add_argument("--norm-stats", default=None, metavar="PATH|identity",
+                   help="normalisation statistics (norm_stats.json or a folder), or 'identity' to run unnormalised")
+    g.add_argument("--asset-id", default=None, help="openpi: which assets/<id>/norm_stats.json to use")
+    g.add_argument("--camera-map", default=None, metavar="CAM=FEATURE,...",
+                   help="robot camera -> checkpoint image feature, e.g. base=image,wrist=image2")
+    ds = g.add_mutually_exclusive_group()
+    ds.add_argument("--discrete-state", dest="discrete_state", action="store_const", const=True, default=None,
+                    help="put the state bins in the prompt (pi0.5's format)")
+    ds.add_argument("--no-discrete-state", dest="discrete_state", action="store_const", const=False,
+                    help="prompt without state (openpi's pi05_libero)")
+    g.add_argument("--action-horizon", type=int, default=None, help="actions denoised (default: the checkpoint's chunk)")
+    g.add_argument("--family", default=None,
+                   help="override the detected family: ours, lerobot<=0.4.4, lerobot>=0.5, openpi, openpi-training")
+
+
+def parse_camera_map(text: str | None) -> dict[str, str] | None:
+    if text is None:
+        return None
+    out = {}
+    for part in text.split(","):
+        cam, sep, feat = part.partition("=")
+        if not sep or not cam.strip() or not feat.strip():
+            raise ValueError(f"--camera-map: {part!r} is not CAMERA=FEATURE (e.g. base=image,wrist=image2)")
+        out[cam.strip()] = feat.strip()
+    return out
+
+
+def policy_kwargs(args: argparse.Namespace) -> dict:
+    """from_pretrained keyword arguments from the shared flags (unset ones omitted)."""
+    kw = {"tokenizer": args.tokenizer, "norm_stats": args.norm_stats, "asset_id": args.asset_id,
+          "camera_map": parse_camera_map(args.camera_map), "discrete_state": args.discrete_state,
+          "action_horizon": args.action_horizon, "family": args.family}
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+def _header(weights: Path) -> tuple[int, int, Counter]:
+    from safetensors import safe_open
+
+    params, dtypes = 0, Counter()
+    with safe_open(str(weights), framework="pt", device="cpu") as f:
+        keys = list(f.keys())
+        for k in keys:
+            s = f.get_slice(k)
+            params += int(np.prod(s.get_shape()))
+            dtypes[s.get_dtype()] += 1
+    return len(keys), params, dtypes
+
+
+def report(conv, prompt: str) -> str:
+    """The inspect text for resolved conventions."""
+    from oxygen_gym.model.prompt import prompt_text, tokenize_prompt
+
+    c, robot = conv.config, conv.robot
+    n_keys, params, dtypes = _header(conv.root / "model.safetensors")
+    g = lambda d: f"width {d.width} x {d.depth} layers (mlp {d.mlp_dim}, {d.num_heads} heads / {d.num_kv_heads} KV, head_dim {d.head_dim})"  # noqa: E731
+    lines = [
+        f"checkpoint: {conv.root}",
+        f"family:     {conv.family}",
+        f"weights:    {n_keys} tensors, {params:,} parameters, dtypes " + ", ".join(f"{d} x {n}" for d, n in sorted(dtypes.items())),
+        f"backbone:   {g(c.vlm)}",
+        f"expert:     {g(c.expert)}",
+        f"vision:     width {c.vision.width} x {c.vision.depth} layers, patch {c.vision.patch_size} at {c.vision.image_size} px; "
+        f"vocab {c.vocab_size}; action dim {c.action_dim}",
+        f"robot:      {robot.name} (state {robot.state_dim}, action {robot.action_dim})",
+        "cameras (robot camera -> checkpoint image slot):",
+        *[f"  {cam:<12} -> {slot}" for cam, slot in conv.camera_slots.items()],
+        f"  masked slots: {', '.join(conv.masked_slots) or 'none'}",
+        f"image resize: {RESIZE_NAMES[conv.image_resize]}",
+        f"normalisation (statistics: {conv.stats_source}):",
+        f"  state:   {conv.state_norm.describe() if c.discrete_state else 'not used (no state in the prompt)'}",
+        f"  actions: {conv.action_norm.describe()}",
+        f"chunk:      {c.action_horizon} actions denoised; act() returns {conv.n_actions} "
+        f"({RETURNS.get(conv.family, 'n_action_steps (lerobot select_action queue)')})",
+    ]
+    pad = "zero-padded to %d before binning" % c.state_pad_to if c.state_pad_to else "unpadded"
+    lines.append(f"prompt:     {'state bins in the prompt (' + pad + ')' if c.discrete_state else 'no state (pi0 form)'}"
+                 f"; max {c.max_token_len} tokens")
+    state = np.zeros(robot.state_dim, np.float32)
+    norm = conv.state_norm.normalize(robot.state_to_model(state)) if c.discrete_state else None
+    text = prompt_text(prompt, norm, c.state_pad_to) if c.discrete_state else prompt_text(prompt) + "\n"
+    tokens, mask = tokenize_prompt(conv.tokenizer, prompt, norm, c.max_token_len, c.discrete_state, c.state_pad_to)
+    ids = tokens[mask].tolist()
+    lines += [
+        f"example prompt (robot state all zeros): {text!r}",
+        f"  {len(ids)} tokens: {ids}",
+        f"tokenizer:  {conv.tokenizer_source}",
+        "warnings:" if conv.warnings else "warnings:   none",
+        *[f"  - {w}" for w in conv.warnings],
+    ]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from oxygen_gym.policies.checkpoints import resolve_conventions
+
+    try:
+        conv = resolve_conventions(args.checkpoint, args.robot, **policy_kwargs(args))
+    except (ValueError, FileNotFoundError) as e:
+        print(f"oxygen-gym inspect: error: {e}", file=sys.stderr)
+        return 2
+    print(report(conv, args.prompt))
+    return 0
