@@ -9,11 +9,16 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("oxygen_gym.eval.demo", "one closed-loop LIBERO episode with the built-in model: video + timing report"),
     "eval": ("oxygen_gym.eval.libero_eval", "closed-loop LIBERO evaluation (resumable, sharded, Ray)"),
-    "bench": ("oxygen_gym.eval.bench.cli", "side-by-side speed benchmarks of every execution mode"),
+    "bench": ("oxygen_gym.eval.bench.cli", "side-by-side speed benchmarks of every execution mode (`bench serve`: the server under load)"),
     "serve": ("oxygen_gym.eval.serve.cli", "serve a policy over websockets (openpi-compatible)"),
     "inspect": ("oxygen_gym.eval.inspect", "what a policy will feed a checkpoint: cameras, normalisation, prompt, chunk"),
     "collect": ("oxygen_gym.eval.collect.cli", "scripted LIBERO demonstrations with subtask labels, in LIBERO's HDF5 layout"),
     "train": ("oxygen_gym.eval.train.cli", "train a pi0.5 config on demonstrations (flow matching + language), resumable"),
+}
+
+# `oxygen-gym bench serve ...`: a second word that selects its own module (same add_arguments/run interface).
+NESTED: dict[tuple[str, str], tuple[str, str]] = {
+    ("bench", "serve"): ("oxygen_gym.eval.bench.serve_cli", "the policy server under load: batched vs one robot at a time"),
 }
 
 
@@ -29,6 +34,12 @@ def _load(name: str):
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if tuple(argv[:2]) in NESTED:
+        module_name, help_text = NESTED[tuple(argv[:2])]
+        nested = argparse.ArgumentParser(prog=f"oxygen-gym {argv[0]} {argv[1]}", description=help_text)
+        module = importlib.import_module(module_name)
+        module.add_arguments(nested)
+        return int(module.run(nested.parse_args(argv[2:])) or 0)
     parser = argparse.ArgumentParser(prog="oxygen-gym", description="Multi-task VLA inference with a shared KV cache.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = argv[0] if argv and argv[0] in SUBCOMMANDS else None

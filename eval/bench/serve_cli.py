@@ -1,0 +1,202 @@
+"""`oxygen-gym bench serve`: the policy server under load from several robots, batched vs one robot at a time.
+
+    oxygen-gym bench serve --model small --robots 1,2,4,8 --calls 100 --out bench/serve
+
+Two servers run side by side on loopback with the same weights: `--batching on` (robots' frames batched) and
+`--batching off` (one robot at a time). For each robot count, calls alternate between them in rounds, so both see the
+same machine load. Reported per server and robot count: per-robot latency p50/p99 (the client's round trip), aggregate
+action throughput (actions returned per second, all robots), language tokens per second, robots per batch. Ratios:
+throughput on/off, and p99 against a lone robot's on the same server. Writes results.json and results.md under --out.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+MODES = ("on", "off")
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, type=Path, help="folder for results.json and results.md")
+    parser.add_argument("--model", default="small", help="built-in model or checkpoint the servers load (default small)")
+    parser.add_argument("--robot", default="libero", choices=("libero", "droid", "aloha"))
+    parser.add_argument("--robots", type=_ints, default=(1, 2, 4, 8), help="robot counts, comma list (default 1,2,4,8)")
+    parser.add_argument("--calls", type=int, default=100, help="measured calls per robot per server and robot count")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds the calls are split into, alternating servers")
+    parser.add_argument("--warmup", type=int, default=2, help="unmeasured calls per robot before measuring")
+    parser.add_argument("--decode-budget", default="5", help="k of both servers (default 5)")
+    parser.add_argument("--max-new-tokens", type=int, default=20, help="tokens per language request (default 20)")
+    parser.add_argument("--no-language", action="store_true", help="actions only")
+    parser.add_argument("--window-ms", type=float, default=20.0, help="batching window of the batched server")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per server (default 1; clients share the machine)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--max-seconds", type=float, default=3600.0, help="stop measuring after this long (partial results)")
+    parser.add_argument("--call-timeout", type=float, default=300.0, help="seconds one call may take")
+
+
+def _server_args(args: argparse.Namespace, batching: str) -> list[str]:
+    out = ["--checkpoint", args.model, "--robot", args.robot, "--max-robots", str(max(args.robots)),
+           "--batching", batching, "--window-ms", str(args.window_ms), "--decode-budget", str(args.decode_budget),
+           "--max-new-tokens", str(args.max_new_tokens), "--device", args.device]
+    return out + (["--no-language"] if args.no_language else [])
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+async def _measure(args: argparse.Namespace, servers: dict, deadline: float) -> list[dict]:
+    from .serve_load import Robot, RobotLog, openpi_observation, run_round
+    from oxygen_gym.eval.serve import wire
+
+    points = []
+    rng = np.random.default_rng(0)
+    per_round = max(1, -(-args.calls // args.rounds))
+    for n in args.robots:
+        messages = [[wire.packb(openpi_observation(args.robot, rng, "put the bowl on the plate")) for _ in range(4)] for _ in range(n)]
+        fleets = {m: [Robot(servers[m].uri, messages[i], args.call_timeout) for i in range(n)] for m in MODES}
+        logs = {m: [RobotLog() for _ in range(n)] for m in MODES}
+        walls = {m: 0.0 for m in MODES}
+        for m in MODES:
+            for r in fleets[m]:
+                await r.connect()
+            await run_round(fleets[m], args.warmup, None)
+        done, rnd, partial = 0, 0, False
+        while done < args.calls:
+            calls = min(per_round, args.calls - done)
+            for m in (MODES if rnd % 2 == 0 else MODES[::-1]):
+                walls[m] += await run_round(fleets[m], calls, logs[m])
+            done += calls
+            rnd += 1
+            if time.monotonic() > deadline:
+                partial = True
+                break
+        for m in MODES:
+            server = (await fleets[m][0].server_stats())["server"]
+            for r in fleets[m]:
+                await r.close()
+            points.append(_point(m, n, logs[m], walls[m], server, partial))
+            print(_row(points[-1]), flush=True)
+        if partial:
+            print(f"oxygen-gym bench serve: --max-seconds reached; stopping after {n} robots", file=sys.stderr)
+            break
+    return points
+
+
+def _point(mode: str, robots: int, logs, wall_s: float, server: dict, partial: bool) -> dict:
+    p50 = [float(np.percentile(lg.latencies_ms, 50)) for lg in logs]
+    p99 = [float(np.percentile(lg.latencies_ms, 99)) for lg in logs]
+    return {
+        "batching": mode,
+        "robots": robots,
+        "calls_per_robot": len(logs[0].latencies_ms),
+        "wall_s": wall_s,
+        "latency_ms_p50_per_robot": p50,
+        "latency_ms_p99_per_robot": p99,
+        "latency_ms_p50": float(np.median(p50)),
+        "latency_ms_p99_worst_robot": float(max(p99)),
+        "action_throughput_per_s": sum(lg.actions for lg in logs) / wall_s,
+        "language_tokens_per_s": sum(lg.tokens for lg in logs) / wall_s,
+        "robots_per_batch": server.get("mean_robots_per_batch"),
+        "server_frame_ms_p50": server.get("batches", {}).get("frame_ms", {}).get("p50"),
+        "partial": partial,
+    }
+
+
+def _ratios(points: list[dict]) -> list[dict]:
+    by = {(p["batching"], p["robots"]): p for p in points}
+    lone = by.get(("on", 1))
+    out = []
+    for n in sorted({p["robots"] for p in points}):
+        on, off = by.get(("on", n)), by.get(("off", n))
+        if not on or not off:
+            continue
+        out.append({
+            "robots": n,
+            "throughput_on_over_off": on["action_throughput_per_s"] / off["action_throughput_per_s"],
+            "p99_on_over_lone": on["latency_ms_p99_worst_robot"] / lone["latency_ms_p99_worst_robot"] if lone else None,
+            "p99_off_over_lone": off["latency_ms_p99_worst_robot"] / lone["latency_ms_p99_worst_robot"] if lone else None,
+        })
+    return out
+
+
+HEAD = "| batching | robots | calls/robot | p50 ms | p99 ms (worst robot) | actions/s | tokens/s | robots/batch |"
+
+
+def _row(p: dict) -> str:
+    rpb = "-" if p["robots_per_batch"] is None else f"{p['robots_per_batch']:.2f}"
+    return (f"| {p['batching']} | {p['robots']} | {p['calls_per_robot']} | {p['latency_ms_p50']:.0f} | "
+            f"{p['latency_ms_p99_worst_robot']:.0f} | {p['action_throughput_per_s']:.1f} | {p['language_tokens_per_s']:.1f} | "
+            f"{rpb} |")
+
+
+def markdown(results: dict) -> str:
+    cfg = results["config"]
+    language = "no language" if cfg["no_language"] else f"a narrate request of {cfg['max_new_tokens']} tokens per frame"
+    lines = [
+        "# oxygen-gym bench serve", "", f"`{cfg['command']}`", "",
+        f"- model `{cfg['model']}`, robot `{cfg['robot']}`, k={cfg['decode_budget']}, {language}, "
+        f"{cfg['threads']} torch thread(s) per server, window {cfg['window_ms']} ms",
+        f"- {cfg['machine']}; load average before {cfg['load_before']}, after {cfg.get('load_after')}; wall {cfg.get('wall_s', 0):.0f} s",
+        "", HEAD, "|" + " --- |" * 8,
+        *[_row(p) for p in results["points"]],
+        "", "| robots | throughput on/off | p99 on / lone robot | p99 off / lone robot |", "| --- | --- | --- | --- |",
+    ]
+    for r in results["ratios"]:
+        f = lambda x: "-" if x is None else f"{x:.2f}x"  # noqa: E731
+        lines.append(f"| {r['robots']} | {f(r['throughput_on_over_off'])} | {f(r['p99_on_over_lone'])} | {f(r['p99_off_over_lone'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    from .serve_load import start_server
+
+    if args.calls < 1 or args.rounds < 1 or args.warmup < 0 or args.threads < 1:
+        print("oxygen-gym bench serve: --calls, --rounds and --threads must be >= 1, --warmup >= 0", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    config = {
+        "command": "oxygen-gym bench serve " + " ".join(shlex.quote(a) for a in sys.argv[3:]) if sys.argv[1:3] == ["bench", "serve"] else "oxygen-gym bench serve",
+        "model": args.model, "robot": args.robot, "robots": list(args.robots), "calls": args.calls, "rounds": args.rounds,
+        "decode_budget": args.decode_budget, "max_new_tokens": args.max_new_tokens, "no_language": args.no_language,
+        "window_ms": args.window_ms, "threads": args.threads, "device": args.device,
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores", "load_before": _load(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    servers = {}
+    try:
+        for m in MODES:
+            servers[m] = start_server(m, _server_args(args, m), threads=args.threads, max_seconds=args.max_seconds + 600)
+        print(HEAD, flush=True)
+        points = asyncio.run(_measure(args, servers, started + args.max_seconds))
+    finally:
+        for s in servers.values():
+            s.stop()
+    config["load_after"] = _load()
+    config["wall_s"] = time.monotonic() - started
+    results = {"config": config, "points": points, "ratios": _ratios(points)}
+    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    text = markdown(results)
+    (args.out / "results.md").write_text(text)
+    print(text)
+    return 0

@@ -1,0 +1,243 @@
+"""The serving engine loop: one thread owns the BatchScheduler; every robot's frames queue here and run in batches.
+
+A robot session is a `MultiTaskPolicy` whose engine is a `SessionEngine`: its `act()` does everything a lone policy
+does (observation checks, prompt, per-frame noise, language requests, text deltas, stats) and hands the frame to
+this loop, which waits up to `window_s` after the first frame for the other connected robots' frames, then runs them
+as one batched frame (engine/batch.py).
+"""
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from oxygen_gym.engine.batch import BatchScheduler
+from oxygen_gym.engine.frame import FrameInput, FrameResult
+from oxygen_gym.engine.request import Request
+from oxygen_gym.engine.stats import FrameLog
+
+
+class EngineBusy(RuntimeError):
+    """The engine queue is full (more outstanding frames than robots allowed)."""
+
+
+@dataclass
+class _Job:
+    kind: str  # "frame" | "drop"
+    session: int
+    frame: FrameInput | None = None
+    k: int = 0
+    done: Future = field(default_factory=Future)
+    arrived: float = field(default_factory=time.perf_counter)
+
+
+class EngineLoop:
+    """Runs queued frames in batches of up to `max_batch` robots on its own thread.
+
+    A batch closes as soon as every registered robot has a frame in it, or `window_s` after its first frame arrived:
+    a frame never waits longer than the window for companions. `max_batch=1` serves robots one at a time (FIFO).
+    """
+
+    def __init__(self, scheduler: BatchScheduler, *, max_batch: int, window_s: float, max_queue: int) -> None:
+        if not 1 <= max_batch <= scheduler.max_batch:
+            raise ValueError(f"max_batch must be in [1, {scheduler.max_batch}] (the pool's scratch rows), got {max_batch}")
+        if window_s < 0:
+            raise ValueError(f"window_s must be >= 0, got {window_s}")
+        self.scheduler = scheduler
+        self.max_batch = max_batch
+        self.window_s = window_s
+        self.max_queue = max_queue
+        self.batches = FrameLog()  # one record per batched frame
+        self._jobs: deque[_Job] = deque()
+        self._sessions: set[int] = set()
+        self._cv = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="oxygen-serve-engine", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ called from connection threads
+    def register(self, session: int) -> None:
+        with self._cv:
+            self._sessions.add(session)
+
+    def unregister(self, session: int) -> Future:
+        """The robot left: it no longer holds batches open, and its requests and slots are freed."""
+        with self._cv:
+            self._sessions.discard(session)
+        return self.drop(session)
+
+    def submit(self, session: int, frame: FrameInput, k: int) -> Future:
+        return self._put(_Job("frame", session, frame, k))
+
+    def drop(self, session: int) -> Future:
+        """Free every request of `session` (a reset or a disconnect), in order with its frames."""
+        return self._put(_Job("drop", session), force=True)
+
+    def _put(self, job: _Job, force: bool = False) -> Future:
+        with self._cv:
+            if self._stopping:
+                raise RuntimeError("the engine is stopped")
+            if not force and len(self._jobs) >= self.max_queue:
+                raise EngineBusy(f"engine queue full ({self.max_queue} outstanding frames)")
+            self._jobs.append(job)
+            self._cv.notify()
+        return job.done
+
+    def snapshot(self) -> dict:
+        """Pool and table occupancy (read on the engine thread, between batches)."""
+        fut: Future = Future()
+        with self._cv:
+            self._jobs.appendleft(_Job("snapshot", -1, done=fut))
+            self._cv.notify()
+        return fut.result(timeout=30)
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+        self._thread.join(timeout=30)
+
+    # ------------------------------------------------------------------ the engine thread
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._jobs and not self._stopping:
+                    self._cv.wait()
+                if self._stopping:
+                    for job in self._jobs:
+                        job.done.set_exception(RuntimeError("the engine stopped"))
+                    self._jobs.clear()
+                    return
+                job = self._jobs[0]
+                if job.kind != "frame":
+                    self._jobs.popleft()
+                else:
+                    batch = self._collect()
+            if job.kind == "drop":
+                self._settle(job, self.scheduler.drop_session, job.session)
+            elif job.kind == "snapshot":
+                self._settle(job, self._occupancy)
+            else:
+                self._run_batch(batch)
+
+    def _collect(self) -> list[_Job]:
+        """Called with the lock held and a frame first in the queue: that frame plus companions (one per robot)."""
+        deadline = self._jobs[0].arrived + self.window_s
+        batch: list[_Job] = []
+        while True:
+            taken = {j.session for j in batch}
+            for j in list(self._jobs):
+                if len(batch) >= self.max_batch:
+                    break
+                if j.kind != "frame":
+                    break  # a drop or reset keeps its place: frames behind it wait for the next batch
+                if j.session not in taken:
+                    batch.append(j)
+                    taken.add(j.session)
+                    self._jobs.remove(j)
+            missing = self._sessions - taken
+            wait = deadline - time.perf_counter()
+            if len(batch) >= self.max_batch or not missing or wait <= 0 or self._stopping:
+                return batch
+            if self._jobs and self._jobs[0].kind != "frame":
+                return batch
+            self._cv.wait(wait)
+
+    def _run_batch(self, batch: list[_Job]) -> None:
+        ok = []
+        for job in batch:
+            try:
+                self.scheduler.check_frame(job.frame)
+                ok.append(job)
+            except Exception as e:  # noqa: BLE001 - reported to that robot only
+                job.done.set_exception(e)
+        if not ok:
+            return
+        try:
+            results = self.scheduler.run_batch([j.frame for j in ok], [j.k for j in ok])
+        except Exception as e:  # noqa: BLE001 - a bug: every robot of the batch gets the error, the server goes on
+            for job in ok:
+                job.done.set_exception(e)
+            return
+        stats = results[0].stats
+        self.batches.append(
+            {
+                "frame_ms": stats.frame_ms,
+                "stage_ms": dict(stats.stage_ms),
+                "tokens": sum(r.stats.tokens for r in results),
+                "batch_sizes": list(stats.batch_sizes),
+                "robots": len(ok),
+                "queue_ms": 1e3 * (time.perf_counter() - min(j.arrived for j in ok)) - stats.frame_ms,
+            }
+        )
+        for job, res in zip(ok, results):
+            job.done.set_result(res)
+
+    @staticmethod
+    def _settle(job: _Job, fn, *args) -> None:
+        try:
+            job.done.set_result(fn(*args))
+        except Exception as e:  # noqa: BLE001
+            job.done.set_exception(e)
+
+    def _occupancy(self) -> dict:
+        s = self.scheduler
+        return {
+            "pool_active": s.pool.active,
+            "num_slots": s.pool.num_slots,
+            "requests_in_flight": len(s.table),
+            "requests_queued": len(s.waiting),
+            "sessions_with_requests": sorted({r.session for r in s.in_flight()}),
+        }
+
+
+class SessionEngine:
+    """A session policy's engine: `run` hands the frame to the shared loop and blocks until its batch ran."""
+
+    mode = "oxygen"
+
+    def __init__(self, loop: EngineLoop, session: int, timeout_s: float = 600.0) -> None:
+        self.loop = loop
+        self.session = session
+        self.timeout_s = timeout_s
+        self._live: list[Request] = []  # this robot's requests not yet done (the policy's budget reads them)
+        self.total_queued = 0
+
+    def run(self, frame: FrameInput, k: int) -> FrameResult:
+        frame.session = self.session
+        for r in frame.new_requests:
+            r.session = self.session
+        result = self.loop.submit(self.session, frame, k).result(timeout=self.timeout_s)
+        self._live = [r for r in self._live + frame.new_requests if not r.done]
+        return result
+
+    def in_flight(self) -> list[Request]:
+        return [r for r in self._live if not r.done]
+
+    def reset(self) -> None:
+        self.loop.drop(self.session).result(timeout=self.timeout_s)
+        self._live.clear()
+
+    def close(self) -> None:
+        """The loop outlives sessions; a disconnect goes through `EngineLoop.unregister`."""
+
+
+def session_policy(template, engine: SessionEngine):
+    """A robot session: the template `MultiTaskPolicy` (model, tokenizer, robot, tasks, normalisers: shared, read-only)
+    with its own frame counter, request ids, text streams, decode budget and stats, and the shared engine."""
+    p = copy.copy(template)
+    p.engine = engine
+    p.pool = None
+    p._pool_bytes = 0
+    p.budget = copy.deepcopy(template.budget)  # the template never acts, so its budget is fresh
+    p._next_request_id = 0
+    p._streams = {}
+    p._started_at = {}
+    p._records = FrameLog(template._records.window)
+    p.frame = 0
+    p.last_frame = None
+    p._closed = False
+    return p

@@ -1,0 +1,124 @@
+"""openpi's observation keys per robot family, mapped to `policy.act`'s format (api.md).
+
+What openpi's example loops send (openpi repository):
+- LIBERO (examples/libero/main.py): `observation/image`, `observation/wrist_image` (uint8 HWC), `observation/state`
+  (8: eef pos, axis-angle, gripper qpos), `prompt`.
+- DROID (examples/droid/main.py; src/openpi/policies/droid_policy.py): `observation/exterior_image_1_left`,
+  `observation/wrist_image_left`, `observation/joint_position` (7), `observation/gripper_position` (1), `prompt`.
+- ALOHA (examples/aloha_real, examples/aloha_sim/env.py; src/openpi/policies/aloha_policy.py): `images` dict of
+  `cam_high`, `cam_left_wrist`, `cam_right_wrist` (optional `cam_low`) as uint8 CHW, `state` (14), `prompt`.
+Images are HWC or CHW; float images in [0, 1] become uint8 as openpi's `_parse_image` does. Our own format
+(`images` with the robot's camera names, `state`, `prompt`) is accepted for every robot. Keys nobody reads are ignored,
+as openpi's input transforms ignore them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from oxygen_gym.policies.robots import RobotSpec
+
+
+class ObservationKeyError(ValueError):
+    """An openpi observation with a missing or malformed field (the message names it)."""
+
+
+# robot -> (flat image keys -> camera, state keys with their lengths)
+FLAT_LAYOUTS: dict[str, tuple[dict[str, str], tuple[tuple[str, int], ...]]] = {
+    "libero": ({"observation/image": "base", "observation/wrist_image": "wrist"}, (("observation/state", 8),)),
+    "droid": (
+        {
+            "observation/exterior_image_1_left": "exterior",
+            "observation/wrist_image_left": "wrist",
+            "observation/exterior_image_2_left": "exterior_2",
+        },
+        (("observation/joint_position", 7), ("observation/gripper_position", 1)),
+    ),
+}
+ALOHA_CAMERAS = {"cam_high": "high", "cam_left_wrist": "left_wrist", "cam_right_wrist": "right_wrist", "cam_low": "low"}
+
+
+def _image(value, field: str) -> np.ndarray:
+    if not isinstance(value, np.ndarray):
+        raise ObservationKeyError(f"{field}: expected an image array (H, W, 3) or (3, H, W), got {type(value).__name__}")
+    img = value
+    if img.ndim != 3 or 3 not in (img.shape[0], img.shape[-1]) or min(img.shape) == 0:
+        raise ObservationKeyError(f"{field}: expected shape (H, W, 3) or (3, H, W), got {img.shape}")
+    if img.dtype.kind == "f":
+        if not np.all(np.isfinite(img)) or img.min() < 0 or img.max() > 1:
+            raise ObservationKeyError(f"{field}: float images must hold values in [0, 1]")
+        img = (255 * img).astype(np.uint8)
+    elif img.dtype != np.uint8:
+        raise ObservationKeyError(f"{field}: expected dtype uint8 (or float in [0, 1]), got {img.dtype}")
+    if img.shape[-1] != 3:  # CHW -> HWC
+        img = np.transpose(img, (1, 2, 0))
+    return np.ascontiguousarray(img)
+
+
+def _vector(value, field: str, n: int) -> np.ndarray:
+    arr = np.asarray(value) if isinstance(value, list | tuple | int | float) else value
+    if not isinstance(arr, np.ndarray | np.generic) or np.asarray(arr).dtype.kind not in "fiu":
+        raise ObservationKeyError(f"{field}: expected {n} numbers (a float array), got {type(value).__name__}")
+    arr = np.asarray(arr, dtype=np.float32).reshape(-1) if np.ndim(arr) == 0 else np.asarray(arr, dtype=np.float32)
+    if arr.shape != (n,):
+        raise ObservationKeyError(f"{field}: expected shape ({n},), got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ObservationKeyError(f"{field}: has non-finite values")
+    return arr
+
+
+def _prompt(obs: dict, default: str | None) -> str:
+    prompt = obs.get("prompt", default)
+    if prompt is None:
+        raise ObservationKeyError("prompt: missing (send 'prompt' or start the server with --default-prompt)")
+    if isinstance(prompt, bytes):
+        prompt = prompt.decode("utf-8", errors="replace")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ObservationKeyError(f"prompt: expected a non-empty string, got {prompt!r}")
+    return prompt
+
+
+def _missing(obs: dict, key: str) -> ObservationKeyError:
+    return ObservationKeyError(f"{key}: missing (message keys: {sorted(map(str, obs))})")
+
+
+def to_policy_obs(obs, robot: RobotSpec, default_prompt: str | None = None) -> dict:
+    """openpi observation -> `{"images": {camera: uint8 HWC}, "state": float32, "prompt": str}` for `robot`."""
+    if not isinstance(obs, dict):
+        raise ObservationKeyError(f"message: expected a map of observation keys, got {type(obs).__name__}")
+    if isinstance(obs.get("images"), dict):
+        return _nested(obs, robot, default_prompt)
+    if robot.name not in FLAT_LAYOUTS:
+        raise _missing(obs, "images")
+    cams, states = FLAT_LAYOUTS[robot.name]
+    images = {}
+    for key, cam in cams.items():
+        if key in obs:
+            images[cam] = _image(obs[key], key)
+        elif cam in robot.cameras:
+            raise _missing(obs, key)
+    parts = []
+    for key, n in states:
+        if key not in obs:
+            raise _missing(obs, key)
+        parts.append(_vector(obs[key], key, n))
+    return {"images": images, "state": np.concatenate(parts), "prompt": _prompt(obs, default_prompt)}
+
+
+def _nested(obs: dict, robot: RobotSpec, default_prompt: str | None) -> dict:
+    """`{"images": {...}, "state": ..., "prompt": ...}` with openpi's ALOHA camera names or the robot's own."""
+    alias = ALOHA_CAMERAS if robot.name == "aloha" else {}
+    known = set(robot.cameras) | set(robot.optional_cameras)
+    images = {}
+    for key, value in obs["images"].items():
+        cam = alias.get(key, key)
+        if cam not in known:
+            expected = sorted(k for k, v in alias.items() if v in known) or sorted(known)
+            raise ObservationKeyError(f"images/{key}: unknown camera for robot {robot.name!r}; expected {expected}")
+        images[cam] = _image(value, f"images/{key}")
+    for cam in robot.cameras:
+        if cam not in images:
+            name = next((k for k, v in alias.items() if v == cam), cam)
+            raise ObservationKeyError(f"images/{name}: missing (got cameras {sorted(map(str, obs['images']))})")
+    if "state" not in obs:
+        raise _missing(obs, "state")
+    return {"images": images, "state": _vector(obs["state"], "state", robot.state_dim), "prompt": _prompt(obs, default_prompt)}
