@@ -36,6 +36,8 @@ class EpisodeResult:
     env_ms_mean: float = 0.0  # mean wall time of one env step
     wall_s: float = 0.0
     info: dict = field(default_factory=dict)  # the env's last info
+    # per policy call, the env's info["subtask"] for the observation the call saw (envs that label subtasks)
+    subtask_labels: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return _jsonable(asdict(self))
@@ -122,11 +124,13 @@ def run_episode(
         policy.reset()
     t_start = time.perf_counter()
     calls: list[PolicyCall] = []
+    labels: list = []
     steps, terminated, truncated, info = 0, False, False, {}
     bar = tqdm(total=limit, disable=not progress, unit="step", desc=str(getattr(env.unwrapped, "language", "")))
     try:
         obs, info = player.reset(seed=seed, options=options or None)
         while max_steps is None or steps < max_steps:
+            labels.append(info.get("subtask"))
             t0 = time.perf_counter()
             actions, updates = policy.act(obs)
             wall_ms = (time.perf_counter() - t0) * 1e3
@@ -177,4 +181,5 @@ def run_episode(
         env_ms_mean=float(np.mean(env_ms)) if env_ms else 0.0,
         wall_s=time.perf_counter() - t_start,
         info=final_info,
+        subtask_labels=labels if any(x is not None for x in labels) else [],
     )

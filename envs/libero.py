@@ -59,6 +59,8 @@ class LiberoEnv(gym.Env):
         fast_render: bool = False,
         max_steps: int | None = None,
         render_mode: str | None = None,
+        fast_reset: bool = False,
+        label_subtasks: bool = False,
     ) -> None:
         self.protocol = get_libero_protocol(protocol)
         bench = load_suite(suite)
@@ -76,9 +78,16 @@ class LiberoEnv(gym.Env):
         self.max_steps = positive_int("max_steps", max_steps)
         self.camera_size = _camera_size(camera_size, self.protocol.render_size)
         self.fast_render = bool(fast_render)
+        # Hard reset (rebuild the sim, as LIBERO's default and both references do) unless fast_reset: the soft reset
+        # is ~10x faster but not bit-identical after the settle steps (lerobot docs/source/libero.mdx).
+        self.fast_reset = bool(fast_reset)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None or one of {self.metadata['render_modes']}, got {render_mode!r}")
         self.render_mode = render_mode
+        # With label_subtasks, info["subtask"] says what the robot is doing now (envs/experts.py), from sim state, for
+        # scoring narration; None for tasks that are not a single pick-and-place goal.
+        self.label_subtasks = bool(label_subtasks)
+        self._labeller = None
 
         self.observation_space = policy_observation_space(self.cameras, self.camera_size, self.state_dim)
         self.action_space = spaces.Box(-1.0, 1.0, shape=(self.action_dim,), dtype=np.float32)
@@ -89,6 +98,7 @@ class LiberoEnv(gym.Env):
         self._counter = EpisodeCounter(self.num_init_states)
         self._counter.base_seed = self._base_seed
         self._init_index: int | None = None
+        self._stream: tuple[int, int, object] | None = None  # openpi seeding: (seed, resets done, numpy RNG state)
         self._steps = 0
         self._over = True
         self._last_obs: dict[str, Any] | None = None
@@ -111,7 +121,8 @@ class LiberoEnv(gym.Env):
             h, w = self.camera_size
             horizon = max(1000, self.protocol.wait_steps + self.max_steps + 1)  # truncation comes first, always
             self._sim = OffScreenRenderEnv(
-                bddl_file_name=self._bddl_file, camera_heights=h, camera_widths=w, hard_reset=False, horizon=horizon,
+                bddl_file_name=self._bddl_file, camera_heights=h, camera_widths=w, hard_reset=not self.fast_reset,
+                horizon=horizon,
             )
             self._flip_vertical = macros.IMAGE_CONVENTION == "opengl"
             if self.fast_render:
@@ -126,16 +137,14 @@ class LiberoEnv(gym.Env):
         """Reset the sim to init state `index`, then the protocol's wait steps; cameras render only for the last one,
         at the moment they would have anyway, so the first image matches the references'."""
         sim = self._sim
-        scene_seed = int(np.random.SeedSequence([self._base_seed, index]).generate_state(1)[0])
         wait = self.protocol.wait_steps
         make_robosuite_context_current(sim.sim)
         saved = np.random.get_state()  # LIBERO's samplers draw from numpy's global RNG: seed it, then put it back
         try:
-            sim.seed(scene_seed)
             self._set_cameras(False)
             for robot in sim.robots:  # gripper command state outlives a soft reset; a fresh build starts at zero
                 robot.gripper.current_action = np.zeros(robot.gripper.dof)
-            sim.reset()
+            self._seeded_reset(index)
             if wait == 0:
                 self._set_cameras(True)
             raw = sim.set_init_state(self._init_states[index])
@@ -147,6 +156,37 @@ class LiberoEnv(gym.Env):
             np.random.set_state(saved)
         return raw
 
+    def _seeded_reset(self, index: int) -> None:
+        """The underlying reset for init state `index`, seeded as the protocol's reference seeds it.
+
+        - fast reset: our own per-episode seed (SeedSequence of seed and index), so any episode order gives the
+          same scene; not a reference's.
+        - lerobot (`envs/libero.py` reset(seed), lerobot-eval's seeds start_seed + episode): numpy seeded with
+          seed + index right before each hard reset.
+        - openpi (`examples/libero/main.py`): `env.seed(seed)` once per task, then one hard reset per episode in
+          order, so episode i's scene is the (i+1)-th reset after seeding. Run in order, each episode costs one reset;
+          starting elsewhere (a shard, a resumed run) replays the skipped resets first (~3 s each).
+        """
+        sim = self._sim
+        if self.fast_reset:
+            sim.seed(int(np.random.SeedSequence([self._base_seed, index]).generate_state(1)[0]))
+            sim.reset()
+            return
+        if self.protocol.name == "lerobot":
+            sim.seed(self._base_seed + index)
+            sim.reset()
+            return
+        seed = self._base_seed
+        if self._stream is not None and self._stream[0] == seed and self._stream[1] == index:
+            np.random.set_state(self._stream[2])
+            done = index
+        else:
+            sim.seed(seed)
+            done = 0
+        for _ in range(done, index + 1):
+            sim.reset()
+        self._stream = (seed, index + 1, np.random.get_state())
+
     # ---- Gymnasium API ------------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
@@ -155,6 +195,7 @@ class LiberoEnv(gym.Env):
         self._ensure_sim()
         raw = self._restart(index)
         self._init_index, self._steps, self._over = index, 0, False
+        self._labeller = self._make_labeller() if self.label_subtasks else None
         obs = self._observation(raw)
         return obs, self._info(bool(self._sim.check_success()))
 
@@ -199,10 +240,23 @@ class LiberoEnv(gym.Env):
              raw["robot0_gripper_qpos"]]
         ).astype(np.float32)
         self._last_obs = {"images": images}
+        self._last_state = state
         return {"images": images, "state": state, "prompt": self.language}
 
+    def _make_labeller(self):
+        from .experts import SubtaskLabeller
+
+        try:
+            return SubtaskLabeller(self._sim.env)
+        except ValueError:  # not a single ('on', object, target) goal: no labels
+            return None
+
     def _info(self, success: bool) -> dict:
-        return {
+        extra = {}
+        if self.label_subtasks:
+            state = self._last_state
+            extra["subtask"] = self._labeller(state[:3], state[6:8]) if self._labeller is not None else None
+        return {**extra,
             "is_success": success,
             "suite": self.suite,
             "task_id": self.task_id,
@@ -211,5 +265,6 @@ class LiberoEnv(gym.Env):
             "seed": self._base_seed,
             "step": self._steps,
             "protocol": self.protocol.name,
+            "reset": "fast" if self.fast_reset else "hard",
             "episode_id": f"{self.suite}/task{self.task_id}/seed{self._base_seed}/ep{self._init_index}",
         }

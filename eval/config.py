@@ -20,7 +20,8 @@ TASK_PROMPTS = {
 }
 
 RESULT_FIELDS = ("checkpoint", "robot", "mode", "decode_budget", "target_action_hz", "language_tasks", "protocol",
-                 "max_steps", "fast_render", "dtype")
+                 "max_steps", "fast_render", "dtype", "fast_reset", "norm_stats", "asset_id", "camera_map",
+                 "discrete_state", "action_horizon", "family")
 
 
 @dataclass
@@ -36,10 +37,20 @@ class EvalConfig:
     max_steps: int | None = None  # cap per episode on top of the protocol's limit (smoke runs)
     fast_render: bool = False  # no antialiasing: ~2x faster software rendering, slightly different images
     dtype: str | None = None
+    fast_reset: bool = False  # LIBERO soft reset: ~10x faster, not bit-identical to the references' hard reset
+    # checkpoint conventions (from_pretrained's arguments; None = the checkpoint's own, see `oxygen-gym inspect`)
+    norm_stats: str | None = None
+    asset_id: str | None = None
+    camera_map: dict | None = None
+    discrete_state: bool | None = None
+    action_horizon: int | None = None
+    family: str | None = None
+    tokenizer: str | None = None  # a path on this machine: not result-deciding
     # the episode selection
     suites: list[str] = field(default_factory=lambda: ["libero_spatial"])
     tasks: list[int] | None = None
     episodes: int = 50
+    init_states: list[int] | None = None  # episodes (= init states) to run instead of the first `episodes`
     seeds: list[int] = field(default_factory=lambda: [7])
     shard: tuple[int, int] = (0, 1)
     # how it is executed
@@ -108,13 +119,16 @@ def parse_decode_budget(text: str | int) -> int | str:
     return k
 
 
-def parse_language_task(text: str, max_new_tokens: int, every: int = 1) -> dict:
-    """`--task narrate` (a named preset) or `--task NAME=PROMPT`."""
+def parse_language_task(text: str, max_new_tokens: int, every: int = 1, trained: dict | None = None) -> dict:
+    """`--task narrate` (a named preset, or the checkpoint's own task of that name: `trained`, from its
+    training.json, wins, since a trained model answers only the prompt it was trained on) or `--task NAME=PROMPT`."""
     name, sep, prompt = str(text).partition("=")
     name = name.strip()
     if not name:
         raise ValueError(f"--task: {text!r} has no name; expected e.g. narrate or plan='What next?'")
-    if not sep:
+    if not sep and trained and name in trained:
+        prompt = trained[name]["prompt"]
+    elif not sep:
         if name not in TASK_PROMPTS:
             raise ValueError(f"--task: unknown task {name!r}; named ones are {', '.join(TASK_PROMPTS)}, "
                              f"or give a prompt as NAME=PROMPT")

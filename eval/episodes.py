@@ -123,12 +123,33 @@ def check_episodes(n: int) -> int:
 
 
 def build_episode_set(suites: Iterable[str], tasks: Sequence[int] | None, episodes: int,
-                      seeds: Sequence[int]) -> list[EpisodeSpec]:
-    """Every (suite, task, seed, episode) of the selection, in one canonical order."""
+                      seeds: Sequence[int], init_states: Sequence[int] | None = None) -> list[EpisodeSpec]:
+    """Every (suite, task, seed, episode) of the selection, in one canonical order. Episode i starts from init
+    state i; `init_states` selects those episodes (e.g. held-out 30-49) instead of the first `episodes`."""
     check_episodes(episodes)
     task_ids = list(range(TASKS_PER_SUITE)) if tasks is None else sorted(tasks)
+    chosen = sorted(init_states) if init_states is not None else range(episodes)
     return [EpisodeSpec(suite, t, seed, e)
-            for suite in parse_suites(list(suites)) for t in task_ids for seed in seeds for e in range(episodes)]
+            for suite in parse_suites(list(suites)) for t in task_ids for seed in seeds for e in chosen]
+
+
+def parse_init_states(text: str | None) -> list[int] | None:
+    """`--init-states 30-49` or `0,5,30-34` -> sorted indices in 0..49; None -> None (the first --episodes)."""
+    if text is None:
+        return None
+    out: set[int] = set()
+    for part in str(text).split(","):
+        try:
+            if "-" in part:
+                a, b = (int(x) for x in part.split("-"))
+                out.update(range(a, b + 1))
+            else:
+                out.add(int(part))
+        except ValueError:
+            raise ValueError(f"--init-states: {text!r}; expected indices like 30-49 or 0,5,30-34") from None
+    if not out or min(out) < 0 or max(out) >= INIT_STATES_PER_TASK:
+        raise ValueError(f"--init-states: {text!r}; expected indices in 0..{INIT_STATES_PER_TASK - 1}")
+    return sorted(out)
 
 
 def parse_shard(text: str | None) -> tuple[int, int]:

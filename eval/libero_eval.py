@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from .config import MODES, PROTOCOLS, EvalConfig, parse_decode_budget, parse_language_task, parse_video
-from .episodes import check_episodes, parse_seeds, parse_shard, parse_suites, parse_tasks
+from .episodes import check_episodes, parse_init_states, parse_seeds, parse_shard, parse_suites, parse_tasks
 from .results import ResultsError
 from .summary import SUMMARY_MD
 
@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--tasks", default=None, help="task ids per suite, e.g. 0,1 or 0-4 (default: all 10)")
     g.add_argument("--episodes", type=int, default=None,
                    help="episodes per task; episode i starts from init state i (default: the protocol's 50)")
+    g.add_argument("--init-states", default=None, metavar="RANGE",
+                   help="run these init states (= episode indices), e.g. 30-49 for ones a trained model never saw; "
+                        "overrides --episodes")
     g.add_argument("--seeds", default=None,
                    help="one or more seeds, e.g. 7,8,9; several give a 95%% Student-t CI over seed-level success "
                         "rates (default: the protocol's seed, 7 for openpi, 1000 for lerobot)")
@@ -54,12 +57,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--protocol", choices=PROTOCOLS, default="openpi",
                    help="openpi or lerobot presets: replan interval, step limits, render size, seed (default openpi)")
     g.add_argument("--max-steps", type=int, default=None, help="cap on policy steps per episode (smoke runs)")
+    g.add_argument("--fast-reset", action="store_true",
+                   help="LIBERO soft reset (~10x faster per episode); the references hard-reset, and soft resets are "
+                        "not bit-identical, so results are recorded as fast-reset ones")
     g.add_argument("--fast-render", action="store_true",
                    help="render without antialiasing (~2x faster on CPU; images differ slightly from the references)")
     g.add_argument("--video", default="none", help="all, failures, none, or N = first N episodes of each task")
     g.add_argument("--out", default=None,
                    help="results folder; rerunning with the same one resumes (default runs/eval)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from .inspect import add_policy_arguments
+
+    add_policy_arguments(parser)
     g = parser.add_argument_group("scale-out")
     g.add_argument("--shard", default=None, metavar="I/N",
                    help="run only shard I of N of the episode set (deterministic; for SLURM arrays, several machines)")
@@ -78,7 +87,10 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
     protocol = get_libero_protocol(args.protocol)
     seeds = parse_seeds(args.seeds) if args.seeds is not None else [protocol.seed]
     episodes = check_episodes(args.episodes if args.episodes is not None else protocol.episodes_per_task)
-    tasks = [parse_language_task(t, args.max_new_tokens) for t in args.language_task]
+    from .narration import trained_language_tasks
+
+    trained = trained_language_tasks(args.checkpoint)
+    tasks = [parse_language_task(t, args.max_new_tokens, trained=trained) for t in args.language_task]
     if args.ray is None and (args.workers is not None or args.gpus_per_worker is not None):
         raise ValueError("--workers / --gpus-per-worker need --ray")
     if args.workers is not None and args.workers < 1:
@@ -88,9 +100,19 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         target_action_hz=args.target_action_hz, language_tasks=tasks, protocol=args.protocol,
         max_steps=args.max_steps, fast_render=args.fast_render, dtype=args.dtype, suites=parse_suites(args.suite),
         tasks=parse_tasks(args.tasks),
-        episodes=episodes, seeds=seeds, shard=parse_shard(args.shard), device=args.device,
-        video=parse_video(args.video), out=str(args.out or "runs/eval"),
+        episodes=episodes, init_states=parse_init_states(args.init_states), seeds=seeds, shard=parse_shard(args.shard), device=args.device,
+        video=parse_video(args.video), out=str(args.out or "runs/eval"), fast_reset=args.fast_reset,
+        **convention_fields(args),
     )
+
+
+def convention_fields(args: argparse.Namespace) -> dict:
+    """EvalConfig's checkpoint-convention fields from the shared flags (eval/inspect.py)."""
+    from .inspect import policy_kwargs
+
+    kw = policy_kwargs(args)
+    return {k: kw.get(k) for k in ("tokenizer", "norm_stats", "asset_id", "camera_map", "discrete_state",
+                                   "action_horizon", "family")}
 
 
 def _run_merge(args: argparse.Namespace) -> int:

@@ -27,7 +27,7 @@ def _load_config(folder: Path) -> dict:
 def expected_episode_count(config: dict) -> int:
     """Size of the whole (unsharded) episode set a config selects."""
     return len(build_episode_set(config["suites"], config.get("tasks"), int(config["episodes"]),
-                                 [int(s) for s in config["seeds"]]))
+                                 [int(s) for s in config["seeds"]], config.get("init_states")))
 
 
 def merge_folders(inputs: Sequence[str | Path], out: str | Path) -> dict:

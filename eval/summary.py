@@ -58,6 +58,30 @@ def _speed(ok: list[dict]) -> dict:
     }
 
 
+def _held_out_split(ok: list[dict]) -> dict | None:
+    """Success on init states a trained checkpoint never saw vs on its training ones (None: not a trained model)."""
+    marked = [r for r in ok if r.get("held_out") is not None]
+    if not marked:
+        return None
+    out = {}
+    for name, flag in (("held_out", True), ("training", False)):
+        rs = [r for r in marked if r["held_out"] is flag]
+        out[name] = {"episodes": len(rs), "successes": sum(bool(r["success"]) for r in rs),
+                     "success_rate": sum(bool(r["success"]) for r in rs) / len(rs) if rs else None}
+    return out
+
+
+def _narration(ok: list[dict]) -> dict | None:
+    """Narration accuracy pooled over every labelled frame of every episode (eval/narration.py)."""
+    accs = [r["narration_accuracy"] for r in ok if r.get("narration_accuracy")]
+    if not accs:
+        return None
+    frames = sum(a["frames"] for a in accs)
+    correct = sum(a["correct"] for a in accs)
+    return {"frames": frames, "correct": correct, "accuracy": correct / frames if frames else None,
+            "episodes": len(accs)}
+
+
 def summarize(records: Iterable[dict], config: dict | None = None, expected: int | None = None) -> dict:
     """The summary of a set of episode records (any order). `expected`: episodes the selection holds, if known."""
     records = list(records)
@@ -94,6 +118,8 @@ def summarize(records: Iterable[dict], config: dict | None = None, expected: int
         "config": config,
         "episodes": {"recorded": len(records), "ok": len(ok), "error": len(errors), "expected": expected},
         "overall": overall,
+        "held_out": _held_out_split(ok),
+        "narration": _narration(ok),
         "suites": per_suite,
         "speed": _speed(ok),
         "errors": [{"suite": r["suite"], "task_id": r["task_id"], "seed": r["seed"], "episode": r["episode"],
@@ -133,6 +159,16 @@ def render_markdown(summary: dict) -> str:
         lines.append(f"| {suite} | {_pct(b['success_rate'])} | {b['episodes']} | {b['errors']} | {_ci(b)} |")
     o = summary["overall"]
     lines.append(f"| **overall** | **{_pct(o['success_rate'])}** | {o['episodes']} | {o['errors']} | {_ci(o)} |")
+    held = summary.get("held_out")
+    if held:
+        lines += ["", "| init states | success | episodes |", "| --- | --- | --- |"]
+        for name, label in (("held_out", "held out (never in the training data)"), ("training", "seen in training")):
+            b = held[name]
+            lines.append(f"| {label} | {_pct(b['success_rate'])} | {b['episodes']} |")
+    narr = summary.get("narration")
+    if narr:
+        lines += ["", f"Narration names the current subtask on {_pct(narr['accuracy'])} of {narr['frames']} labelled "
+                      f"frames ({narr['episodes']} episodes; labels from sim state, eval/narration.py)."]
     sp = summary["speed"]
     lines += ["", "| speed | p5 | p50 | p95 | mean |", "| --- | --- | --- | --- | --- |"]
     for label, key in (("action Hz", "action_hz"), ("language tokens/s", "language_tokens_per_s"),

@@ -68,8 +68,26 @@ class EpisodeWorker:
                 cfg.checkpoint, robot=cfg.robot, tasks=[LanguageTask(**t) for t in cfg.language_tasks],
                 decode_budget=cfg.decode_budget, target_action_hz=cfg.target_action_hz, mode=cfg.mode,
                 device=cfg.device, dtype=dtype, seed=0,  # seed 0: a built-in model's weights are the same everywhere
+                **self.convention_kwargs(),
             )
         return self.policy
+
+    def convention_kwargs(self) -> dict:
+        """from_pretrained's checkpoint-convention arguments, and the protocol's image resize for a checkpoint."""
+        from oxygen_gym.envs.protocols import get_libero_protocol
+
+        cfg = self.config
+        kw = {k: getattr(cfg, k) for k in ("tokenizer", "norm_stats", "asset_id", "camera_map", "discrete_state",
+                                          "action_horizon", "family") if getattr(cfg, k) is not None}
+        kw["image_resize"] = get_libero_protocol(cfg.protocol).image_resize
+        return kw
+
+    def replan(self) -> int:
+        """Actions executed per policy call: the openpi client's replan_steps, or (lerobot) all the policy returns."""
+        from oxygen_gym.envs.protocols import get_libero_protocol
+
+        protocol = get_libero_protocol(self.config.protocol)
+        return int(self.policy.horizon) if protocol.replan_from_policy else protocol.replan
 
     def get_env(self, spec: EpisodeSpec):
         key = (spec.suite, spec.task_id)
@@ -84,7 +102,7 @@ class EpisodeWorker:
                 limit = min(limit, self.config.max_steps)
             self.env = gym.make("oxygen_gym/LIBERO-v0", suite=spec.suite, task_id=spec.task_id,
                                 protocol=self.config.protocol, max_steps=limit,
-                                fast_render=self.config.fast_render)
+                                fast_render=self.config.fast_render, fast_reset=self.config.fast_reset, label_subtasks=True)
             self._env_key = key
         return self.env
 
@@ -116,7 +134,7 @@ class EpisodeWorker:
             env = self.get_env(spec)
             policy = self.get_policy()
             policy.reset(seed=pseed)  # frame t draws its action noise from (seed, t)
-            result = run_episode(env, policy, seed=spec.seed, init_state=spec.init_state,
+            result = run_episode(env, policy, seed=spec.seed, init_state=spec.init_state, replan=self.replan(),
                                  video_dir=str(video_dir) if video_dir is not None else None, progress=progress)
         except Exception as e:  # noqa: BLE001 - one bad episode must not end the evaluation
             tb = traceback.format_exc()
@@ -134,6 +152,11 @@ class EpisodeWorker:
         if video:  # relative to the results folder, so folders can be moved and shards merged
             video = os.path.relpath(video, self.config.out)
         lat = [x for x in r["latencies_ms"] if x is not None]
+        from .narration import is_held_out, narration_accuracy, training_data
+
+        if not hasattr(self, "_training_data"):
+            self._training_data = training_data(self.config.checkpoint)
+        task_name = getattr(self.env.unwrapped, "task_name", None)
         horizon = getattr(self.policy, "horizon", None)
         return {
             **spec.to_dict(),
@@ -156,6 +179,9 @@ class EpisodeWorker:
             "stage_ms": r["stage_ms"],
             "env_ms_mean": r["env_ms_mean"],
             "narration": r["narration"],
+            "subtask_labels": r["subtask_labels"],
+            "narration_accuracy": narration_accuracy(r["narration"], r["subtask_labels"]),
+            "held_out": is_held_out(self._training_data, task_name, spec.init_state),
             "video": video,
             "error": None,
             "wall_s": wall_s,

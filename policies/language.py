@@ -31,6 +31,12 @@ class LanguageTask:
             raise ValueError(f"LanguageTask({self.name!r}).temperature must be >= 0, got {self.temperature!r}")
 
 
+def task_prompt_ids(tokenizer, prompt: str) -> list[int]:
+    """A language task's prompt as it continues the shared prefix: a leading space, the prompt, a newline.
+    The trainer (eval/train) builds its language targets with this same function."""
+    return tokenizer.encode(" " + prompt.strip() + "\n")
+
+
 @dataclass(frozen=True)
 class LanguageUpdate:
     request_id: int

@@ -13,13 +13,14 @@ from oxygen_gym.engine.parallel import ParallelExecutor
 from oxygen_gym.engine.request import Request
 from oxygen_gym.engine.scheduler import FrameScheduler
 from oxygen_gym.engine.slots import SlotPool, default_num_slots, slot_bytes
-from oxygen_gym.engine.timing import STAGES, peak_memory_bytes, peak_rss_bytes
+from oxygen_gym.engine.stats import FrameLog
+from oxygen_gym.engine.timing import peak_memory_bytes, peak_rss_bytes
 from oxygen_gym.model.config import BUILTIN, PI05Config
 from oxygen_gym.model.pi05 import PI05Model
 
 from . import normalize
 from .inputs import build_prefix_inputs, check_observation
-from .language import LanguageTask, LanguageUpdate, TextStream
+from .language import LanguageTask, LanguageUpdate, TextStream, task_prompt_ids
 from .robots import RobotSpec, get_robot
 
 POLICY_MODES = ("oxygen", "shared", "isolated", "parallel", "upper_bound")
@@ -87,7 +88,7 @@ class MultiTaskPolicy:
         )
         self.state_norm = state_normalizer or normalize.from_stats(norm_stats, "state", "observation.state")
         self.action_norm = action_normalizer or normalize.from_stats(norm_stats, "actions", "action")
-        self._task_prompt_ids = {t.name: tokenizer.encode(" " + t.prompt.strip() + "\n") for t in tasks}
+        self._task_prompt_ids = {t.name: task_prompt_ids(tokenizer, t.prompt) for t in tasks}
         self.model_slots = tuple(s for s in cfg.image_slots)
         max_prefix = len(self.model_slots) * cfg.vision.num_patches + cfg.max_token_len
         max_cont = max((len(self._task_prompt_ids[t.name]) + t.max_new_tokens for t in tasks), default=0)
@@ -114,7 +115,7 @@ class MultiTaskPolicy:
         self._next_request_id = 0
         self._streams: dict[int, TextStream] = {}
         self._started_at: dict[int, float] = {}
-        self._records: list[dict] = []
+        self._records = FrameLog()  # running totals + the last frames only: memory stays flat on long runs
         self.frame = 0
         self.last_frame: dict | None = None
         self.conventions = None  # a checkpoint's resolved conventions (from_pretrained), for inspection
@@ -296,26 +297,12 @@ class MultiTaskPolicy:
         self.frame = 0
 
     def stats(self) -> dict:
-        recs = self._records
-        frame_ms = np.array([r["frame_ms"] for r in recs]) if recs else np.zeros(0)
-        steps = [b for r in recs for b in r["batch_sizes"]]
-        total_s = frame_ms.sum() / 1e3
-        stage = {s: float(np.mean([r["stage_ms"].get(s, 0.0) for r in recs])) if recs else 0.0 for s in STAGES}
+        """Means and rates over every frame since construction; `frame_ms` p50/p99 over the last
+        `self._records.window` frames (the log keeps only those, so a long run's memory stays flat)."""
         out = {
-            "frames": len(recs),
-            "action_hz": float(self.horizon / (frame_ms.mean() / 1e3)) if recs else 0.0,
-            "language_tokens_per_s": float(sum(r["tokens"] for r in recs) / total_s) if total_s else 0.0,
-            "mean_batch_size": float(np.mean(steps)) if steps else 0.0,
-            "frame_ms": {
-                "mean": float(frame_ms.mean()) if recs else 0.0,
-                "p50": float(np.percentile(frame_ms, 50)) if recs else 0.0,
-                "p99": float(np.percentile(frame_ms, 99)) if recs else 0.0,
-            },
-            "stage_ms": stage,
-            **stage,
+            **self._records.summary(self.horizon),
             "peak_memory_bytes": peak_memory_bytes(self.model.device, self._model_bytes + self._pool_bytes),
             "peak_rss_bytes": peak_rss_bytes(),
-            "tokens": int(sum(r["tokens"] for r in recs)),
             "mode": self.mode,
             "queued_requests": int(getattr(self.engine, "total_queued", 0)),
             "deadline_misses": int(getattr(self.budget, "deadline_misses", 0)),

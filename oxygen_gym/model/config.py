@@ -124,6 +124,16 @@ BUILTIN: dict[str, PI05Config] = {
         vision=VisionDims(width=144, depth=4, mlp_dim=576, num_heads=2),
         vocab_size=BUILTIN_VOCAB,
     ),
+    # The trainable built-in (eval/train, the shipped `libero-spatial` model): pi0.5's structure at a size a 2-core
+    # CPU trains in under an hour. Token count drives the cost, so 96 px images in 16 px patches (36 tokens per
+    # camera), two cameras, and the unpadded state in the prompt (openpi's convention, ~56 prompt tokens).
+    "compact": PI05Config(
+        vlm=GemmaDims(width=128, depth=4, mlp_dim=384, num_heads=4, num_kv_heads=1, head_dim=32),
+        expert=GemmaDims(width=64, depth=4, mlp_dim=192, num_heads=4, num_kv_heads=1, head_dim=32),
+        vision=VisionDims(width=96, depth=3, mlp_dim=288, num_heads=3, patch_size=16, image_size=96),
+        vocab_size=BUILTIN_VOCAB, action_horizon=10, max_token_len=96, state_pad_to=None,
+        image_slots=("base_0_rgb", "left_wrist_0_rgb"),
+    ),
     "pi05": PI05Config(
         vlm=GemmaDims(width=2048, depth=18, mlp_dim=16384, num_heads=8, num_kv_heads=1, head_dim=256),
         expert=GemmaDims(width=1024, depth=18, mlp_dim=4096, num_heads=8, num_kv_heads=1, head_dim=256),

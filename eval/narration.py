@@ -1,0 +1,61 @@
+"""Narration accuracy and held-out bookkeeping for trained checkpoints.
+
+Narration accuracy: the fraction of policy calls whose narration request (started on that call's observation)
+finished with text naming the subtask the sim-state labeller (envs/experts.SubtaskLabeller) gives for that same
+observation. The label is computed from the state the policy acted on, never from an expert's plan, so it scores any
+policy's rollout honestly. A request that never finished (episode ended) counts as wrong.
+
+Held-out: a checkpoint trained by `oxygen-gym train` records in training.json the init states and tasks of its
+data; an episode is held out only if its (task, init state) was not among them.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def normalise(text: str) -> str:
+    return " ".join(str(text).lower().replace(".", " ").split())
+
+
+def narration_accuracy(narration: list[dict], labels: list, task: str = "narrate") -> dict | None:
+    """{"frames", "correct", "accuracy"} over the calls that have a label, or None when nothing is labelled."""
+    if not labels or not any(x is not None for x in labels):
+        return None
+    by_frame = {int(r["frame"]): r for r in narration if r.get("task") == task}
+    frames = correct = 0
+    for frame, label in enumerate(labels):
+        if label is None:
+            continue
+        frames += 1
+        req = by_frame.get(frame)
+        correct += bool(req and req.get("done") and normalise(req["text"]) == normalise(label))
+    return {"frames": frames, "correct": correct, "accuracy": correct / frames if frames else None}
+
+
+def training_info(checkpoint: str) -> dict:
+    """A trained checkpoint's training.json (recipe, data, language tasks), or {} for any other checkpoint."""
+    from oxygen_gym.model.trained import trained_model_dir
+
+    folder = trained_model_dir(checkpoint) or Path(str(checkpoint))
+    path = folder / "training.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def training_data(checkpoint: str) -> dict | None:
+    """The `data` block of a trained checkpoint's training.json (init states, tasks), or None."""
+    return training_info(checkpoint).get("data")
+
+
+def trained_language_tasks(checkpoint: str) -> dict[str, dict]:
+    """name -> {name, prompt, max_new_tokens} of the language tasks a checkpoint was trained for."""
+    return {t["name"]: t for t in training_info(checkpoint).get("language_tasks", [])}
+
+
+def is_held_out(data: dict | None, task_name: str | None, init_state: int) -> bool | None:
+    """True/False for a trained checkpoint, None when the checkpoint says nothing about its data."""
+    if not data or "init_states" not in data:
+        return None
+    if data.get("tasks") and task_name not in data["tasks"]:
+        return True
+    return int(init_state) not in set(data["init_states"])

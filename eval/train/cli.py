@@ -1,0 +1,34 @@
+"""`oxygen-gym train --data DIR --config compact --out DIR`: resumable; rerun the same command to continue."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+
+from .trainer import TrainConfig, train
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", required=True, help="a collection folder (oxygen-gym collect) or one LIBERO HDF5 file")
+    parser.add_argument("--out", required=True, help="run folder: train_state.pt, log.jsonl, loss.png, model/")
+    defaults = {f.name: f.default for f in fields(TrainConfig) if f.name not in ("data", "out", "device")}
+    parser.add_argument("--config", default=defaults["config"], help="PI05Config name to train from scratch")
+    parser.add_argument("--init", default=None, help="checkpoint folder to fine-tune instead")
+    for name in ("steps", "batch_size", "warmup", "seed", "checkpoint_every", "shift", "threads"):
+        parser.add_argument("--" + name.replace("_", "-"), type=int, default=defaults[name])
+    for name in ("lr", "weight_decay", "language_weight", "min_lr_ratio", "grad_clip"):
+        parser.add_argument("--" + name.replace("_", "-"), type=float, default=defaults[name])
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
+
+
+def run(args: argparse.Namespace) -> int:
+    kw = {k: v for k, v in vars(args).items() if k in {f.name for f in fields(TrainConfig)} and v is not None}
+    try:
+        cfg = TrainConfig(**kw)
+        if cfg.steps < 1 or cfg.batch_size < 1 or cfg.lr <= 0:
+            raise ValueError("--steps and --batch-size must be >= 1 and --lr > 0")
+        folder = train(cfg)
+    except ValueError as e:
+        print(f"oxygen-gym train: {e}")
+        return 2
+    print(f"model written to {folder}")
+    return 0

@@ -1,0 +1,124 @@
+"""Demonstrations as model inputs, built with the very functions `policy.act` uses (resize-with-pad, state
+normalisation, prompt tokenisation, the task prompt of a language request), so training sees exactly what inference
+will feed the model. Everything is preprocessed once into tensors; a batch is then a gather plus augmentation."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from oxygen_gym.model.config import PI05Config
+from oxygen_gym.model.norm_stats import NormStats
+from oxygen_gym.model.prompt import resize_with_pad, tokenize_prompt
+from oxygen_gym.model.training import TrainBatch
+from oxygen_gym.policies.language import task_prompt_ids
+from oxygen_gym.policies.normalize import QuantileNormalizer
+
+from ..collect.libero_hdf5 import Demo, demo_names, read_demos
+
+LIBERO_SLOTS = ("base_0_rgb", "left_wrist_0_rgb")  # policies/robots.py: libero base -> base, wrist -> left wrist
+
+
+def load_demos(data: str | Path) -> list[Demo]:
+    """Every complete demo of every `*_demo.hdf5` file in `data` (a folder) or of one file."""
+    path = Path(data)
+    files = sorted(path.glob("*_demo.hdf5")) if path.is_dir() else [path]
+    if not files:
+        raise ValueError(f"--data {data}: no *_demo.hdf5 files (run `oxygen-gym collect libero --out {data}` first)")
+    demos = [d for f in files for d in read_demos(f, demo_names(f))]
+    if not demos:
+        raise ValueError(f"--data {data}: the files hold no complete demos")
+    return demos
+
+
+def compute_norm_stats(demos: list[Demo]) -> dict[str, NormStats]:
+    """Quantile statistics (pi0.5's default normalisation) of the robot state and actions over every step."""
+    def stats(x: np.ndarray) -> NormStats:
+        x = x.astype(np.float64)
+        return NormStats(mean=x.mean(0), std=x.std(0), q01=np.quantile(x, 0.01, axis=0), q99=np.quantile(x, 0.99, axis=0),
+                         min=x.min(0), max=x.max(0))
+    return {"state": stats(np.concatenate([d.policy_state for d in demos])),
+            "actions": stats(np.concatenate([d.actions for d in demos]))}
+
+
+class DemoDataset:
+    """Per-step samples: two camera images (model resolution, uint8), prompt ids (instruction + binned state),
+    the next `action_horizon` normalised actions (steps past the episode's end masked out of the loss), and the
+    subtask label as a language target after the narration task's prompt."""
+
+    def __init__(self, demos: list[Demo], config: PI05Config, tokenizer, narrate_prompt: str,
+                 norm_stats: dict[str, NormStats], progress: bool = True) -> None:
+        if tuple(config.image_slots) != LIBERO_SLOTS:
+            raise ValueError(f"config.image_slots must be {LIBERO_SLOTS} for LIBERO demos, got {config.image_slots}")
+        self.config, self.norm_stats = config, norm_stats
+        size, horizon = config.vision.image_size, config.action_horizon
+        state_norm = QuantileNormalizer(norm_stats["state"].q01, norm_stats["state"].q99)
+        action_norm = QuantileNormalizer(norm_stats["actions"].q01, norm_stats["actions"].q99)
+        task_ids = task_prompt_ids(tokenizer, narrate_prompt)
+        n = sum(len(d) for d in demos)
+        self.images = torch.empty(n, 2, size, size, 3, dtype=torch.uint8)
+        self.tokens = torch.zeros(n, config.max_token_len, dtype=torch.int64)
+        self.token_masks = torch.zeros(n, config.max_token_len, dtype=torch.bool)
+        self.actions = torch.zeros(n, horizon, config.action_dim)
+        self.action_valid = torch.zeros(n, horizon, dtype=torch.bool)
+        texts, label_ids = [], {}
+        i = 0
+        for demo in tqdm(demos, desc="preprocess", unit="demo", disable=not progress):
+            language = str(demo.attrs.get("language", ""))
+            states = demo.policy_state
+            actions = action_norm.normalize(demo.actions)
+            for s in range(len(demo)):
+                self.images[i, 0] = torch.from_numpy(np.array(resize_with_pad(demo.agentview[s], size, size)))
+                self.images[i, 1] = torch.from_numpy(np.array(resize_with_pad(demo.wrist[s], size, size)))
+                ids, mask = tokenize_prompt(tokenizer, language, state_norm.normalize(states[s]), config.max_token_len,
+                                            config.discrete_state, config.state_pad_to)
+                self.tokens[i], self.token_masks[i] = torch.from_numpy(ids), torch.from_numpy(mask)
+                chunk = actions[s : s + horizon]
+                self.actions[i, : len(chunk), : chunk.shape[1]] = torch.from_numpy(chunk)
+                self.action_valid[i, : len(chunk)] = True
+                label = demo.subtasks[s]
+                if label not in label_ids:
+                    label_ids[label] = tokenizer.encode(label) + [tokenizer.eos_id]
+                texts.append((task_ids, label_ids[label]))
+                i += 1
+        t_max = max(len(a) + len(b) for a, b in texts)
+        self.text = torch.zeros(n, t_max, dtype=torch.int64)
+        self.text_loss = torch.zeros(n, t_max, dtype=torch.bool)
+        for r, (prompt, target) in enumerate(texts):
+            self.text[r, : len(prompt) + len(target)] = torch.tensor(prompt + target)
+            self.text_loss[r, len(prompt) : len(prompt) + len(target)] = True
+        self.action_dims = demos[0].actions.shape[1]
+        self.labels = sorted(label_ids)
+
+    def __len__(self) -> int:
+        return self.images.shape[0]
+
+    def batch(self, index: torch.Tensor, generator: torch.Generator | None = None, shift: int = 0) -> TrainBatch:
+        """Rows `index` as a TrainBatch; `shift` > 0 applies a random translation of up to `shift` pixels per image
+        (edge-replicated), the augmentation that makes small-data behaviour cloning generalise (DrQ-style)."""
+        imgs = self.images[index].permute(0, 1, 4, 2, 3).float() / 255.0 * 2.0 - 1.0  # [B, 2, 3, S, S]
+        if shift > 0:
+            imgs = random_shift(imgs, shift, generator)
+        b = len(index)
+        tok_len = int(self.token_masks[index].sum(1).max())
+        text_len = int((self.text[index] != 0).sum(1).max())
+        loss_mask = torch.zeros(b, self.config.action_horizon, self.config.action_dim, dtype=torch.bool)
+        loss_mask[..., : self.action_dims] = self.action_valid[index][..., None]
+        return TrainBatch(
+            images=[imgs[:, 0], imgs[:, 1]], image_masks=[torch.ones(b, dtype=torch.bool)] * 2,
+            tokens=self.tokens[index, :tok_len], token_masks=self.token_masks[index, :tok_len],
+            actions=self.actions[index], action_loss_mask=loss_mask,
+            text=self.text[index, :text_len], text_loss_mask=self.text_loss[index, :text_len],
+        )
+
+
+def random_shift(images: torch.Tensor, shift: int, generator: torch.Generator | None) -> torch.Tensor:
+    """Translate each image of `[B, C_cams, 3, S, S]` by a random integer offset in [-shift, shift] per axis."""
+    b, cams, c, s, _ = images.shape
+    flat = images.reshape(b * cams, c, s, s)
+    padded = torch.nn.functional.pad(flat, (shift, shift, shift, shift), mode="replicate")
+    offsets = torch.randint(0, 2 * shift + 1, (b * cams, 2), generator=generator)
+    out = torch.stack([padded[i, :, y : y + s, x : x + s] for i, (y, x) in enumerate(offsets.tolist())])
+    return out.reshape(b, cams, c, s, s)

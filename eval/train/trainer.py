@@ -1,0 +1,162 @@
+"""The training loop: AdamW with warm-up and cosine decay, seeded batches, checkpoints that resume exactly
+(model, optimiser, step, RNG state), a JSONL loss log written as it goes, and an exported model folder in the
+layout our loader reads (`from_pretrained(out / "model")`, `oxygen-gym inspect`)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from oxygen_gym.model.config import PI05Config
+from oxygen_gym.model.init import build_model
+from oxygen_gym.model.loading import load_pretrained, save_pretrained
+from oxygen_gym.model.tokenizer import tokenizer_for
+from oxygen_gym.model.training import losses
+
+from .dataset import DemoDataset, compute_norm_stats, load_demos
+from .plot import plot_losses
+
+# The narration task the shipped model is trained for (and the demo runs): its prompt continues the shared prefix.
+NARRATE_PROMPT = "What is the robot doing?"
+STATE_FILE = "train_state.pt"
+LOG_FILE = "log.jsonl"
+MODEL_DIR = "model"
+TRAINING_JSON = "training.json"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    data: str
+    out: str
+    config: str = "compact"  # a PI05Config name (trained from scratch) ...
+    init: str | None = None  # ... or a checkpoint folder to fine-tune
+    steps: int = 4000
+    batch_size: int = 32
+    lr: float = 1e-3
+    warmup: int = 200
+    min_lr_ratio: float = 0.05
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    language_weight: float = 0.5
+    shift: int = 4  # random-shift augmentation in pixels (0 = off)
+    seed: int = 0
+    checkpoint_every: int = 250
+    log_every: int = 10
+    narrate_prompt: str = NARRATE_PROMPT
+    narrate_max_new_tokens: int = 12
+    device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
+    threads: int | None = None
+
+    def resume_key(self) -> dict:
+        """Settings a resumed run must share with the run it continues."""
+        d = asdict(self)
+        for k in ("steps", "checkpoint_every", "log_every", "device", "threads", "out"):
+            d.pop(k)
+        return d
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def _atomic_save(obj, path: Path) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def export(model, out: Path, stats, cfg: TrainConfig, step: int, dataset_info: dict, seconds: float) -> Path:
+    """The trained model as a checkpoint folder of our own family, plus training.json (recipe, data, language task)."""
+    folder = save_pretrained(model, out / MODEL_DIR, stats, n_action_steps=model.config.action_horizon)
+    info = {
+        "step": step, "train_seconds": round(seconds, 1), "train_config": asdict(cfg), "data": dataset_info,
+        "language_tasks": [{"name": "narrate", "prompt": cfg.narrate_prompt, "max_new_tokens": cfg.narrate_max_new_tokens}],
+    }
+    (folder / TRAINING_JSON).write_text(json.dumps(info, indent=1))
+    return folder
+
+
+def _dataset_info(data: str, demos) -> dict:
+    inits = sorted({int(d.attrs["init_state"]) for d in demos if "init_state" in d.attrs})
+    tasks = sorted({str(d.attrs.get("task_name", "")) for d in demos})
+    return {"path": str(data), "demos": len(demos), "steps": int(sum(len(d) for d in demos)),
+            "init_states": inits, "tasks": tasks}
+
+
+def train(cfg: TrainConfig, progress: bool = True) -> Path:
+    """Train (or resume) and return the exported model folder."""
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
+    state_path = out / STATE_FILE
+    saved = torch.load(state_path, weights_only=False) if state_path.is_file() else None
+    if saved is not None and saved["resume_key"] != cfg.resume_key():
+        diff = {k: (saved["resume_key"].get(k), v) for k, v in cfg.resume_key().items() if saved["resume_key"].get(k) != v}
+        raise ValueError(f"--out {out} holds a run with other settings {diff}; use another --out or the same flags")
+
+    demos = load_demos(cfg.data)
+    stats = saved["norm_stats"] if saved else compute_norm_stats(demos)
+    if cfg.init:
+        model = load_pretrained(cfg.init, device=cfg.device, dtype=torch.float32)
+    else:
+        model = build_model(PI05Config.named(cfg.config), seed=cfg.seed, device=cfg.device, dtype=torch.float32)
+    tokenizer = tokenizer_for(model.config.vocab_size, cfg.init)
+    dataset = DemoDataset(demos, model.config, tokenizer, cfg.narrate_prompt, stats, progress=progress)
+    info = _dataset_info(cfg.data, demos)
+    del demos
+    model.requires_grad_(True)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    step, seconds = 0, 0.0
+    if saved:
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["optimizer"])
+        gen.set_state(saved["generator"])
+        step, seconds = saved["step"], saved["seconds"]
+
+    def checkpoint() -> None:
+        _atomic_save({"model": model.state_dict(), "optimizer": opt.state_dict(), "generator": gen.get_state(),
+                      "step": step, "seconds": seconds, "norm_stats": stats, "resume_key": cfg.resume_key()}, state_path)
+        model.clear_caches()
+        export(model, out, stats, cfg, step, info, seconds)
+        plot_losses(out / LOG_FILE, out / "loss.png")
+
+    bar = tqdm(total=cfg.steps, initial=step, desc="train", unit="step", disable=not progress, dynamic_ncols=True)
+    with open(out / LOG_FILE, "a") as log:
+        while step < cfg.steps:
+            t0 = time.perf_counter()
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step, cfg)
+            index = torch.randint(0, len(dataset), (cfg.batch_size,), generator=gen)
+            batch = dataset.batch(index, gen, cfg.shift).to(cfg.device)
+            out_losses = losses(model, batch, gen, cfg.language_weight)
+            opt.zero_grad(set_to_none=True)
+            out_losses["loss"].backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            step += 1
+            dt = time.perf_counter() - t0
+            seconds += dt
+            bar.update(1)
+            bar.set_postfix(action=f"{float(out_losses['action']):.3f}", lang=f"{float(out_losses['language']):.3f}")
+            if step % cfg.log_every == 0 or step == cfg.steps:
+                rec = {"step": step, "loss": float(out_losses["loss"].detach()), "action": float(out_losses["action"]),
+                       "language": float(out_losses["language"]), "lr": lr_at(step - 1, cfg), "step_s": round(dt, 3),
+                       "seconds": round(seconds, 1)}
+                log.write(json.dumps(rec) + "\n")
+                log.flush()
+            if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+                checkpoint()
+    bar.close()
+    if saved and saved["step"] >= cfg.steps:
+        checkpoint()  # a finished run asked again: make sure the export exists
+    return out / MODEL_DIR

@@ -1,0 +1,131 @@
+"""Training sees exactly what act() feeds the model, and a killed training run resumes to the same weights."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from oxygen_gym.eval.collect.libero_hdf5 import Demo, read_demos, write_demo
+from oxygen_gym.eval.train.dataset import DemoDataset, compute_norm_stats
+from oxygen_gym.eval.train.trainer import TrainConfig, train
+from oxygen_gym.model import PI05Config, build_model, builtin_tokenizer
+from oxygen_gym.policies.inputs import build_prefix_inputs
+from oxygen_gym.policies.language import task_prompt_ids
+from oxygen_gym.policies.normalize import QuantileNormalizer
+from oxygen_gym.policies.robots import get_robot
+
+LABELS = ("reach for the black bowl", "grasp the black bowl", "carry the bowl to the plate")
+
+
+def synthetic_demo(seed: int, steps: int = 14, size: int = 128) -> Demo:
+    rng = np.random.default_rng(seed)
+    return Demo(
+        agentview=rng.integers(0, 256, (steps, size, size, 3), dtype=np.uint8),
+        wrist=rng.integers(0, 256, (steps, size, size, 3), dtype=np.uint8),
+        ee_states=rng.normal(0, 0.3, (steps, 6)).astype(np.float32),
+        gripper_states=rng.uniform(-0.04, 0.04, (steps, 2)).astype(np.float32),
+        joint_states=rng.normal(0, 1, (steps, 7)).astype(np.float32),
+        actions=rng.uniform(-1, 1, (steps, 7)).astype(np.float32),
+        executed_actions=rng.uniform(-1, 1, (steps, 7)).astype(np.float32),
+        states=rng.normal(0, 1, (steps, 9)),
+        subtasks=[LABELS[min(i * len(LABELS) // steps, len(LABELS) - 1)] for i in range(steps)],
+        attrs={"init_state": seed, "language": "put the black bowl on the plate", "task_name": "synthetic"},
+    )
+
+
+def test_a_training_sample_is_what_act_would_feed_the_model():
+    demos = [synthetic_demo(0), synthetic_demo(1)]
+    cfg = PI05Config.named("compact")
+    tok = builtin_tokenizer()
+    stats = compute_norm_stats(demos)
+    ds = DemoDataset(demos, cfg, tok, "What is the robot doing?", stats, progress=False)
+    robot = get_robot("libero")
+    state_norm = QuantileNormalizer(stats["state"].q01, stats["state"].q99)
+    for row, (d, s) in enumerate([(0, 0), (0, 13), (1, 5)]):
+        i = d * 14 + s
+        demo = demos[d]
+        ref = build_prefix_inputs(
+            {"base": demo.agentview[s], "wrist": demo.wrist[s]}, demo.policy_state[s], demo.attrs["language"],
+            robot=robot, model_slots=cfg.image_slots, image_size=cfg.vision.image_size, tokenizer=tok,
+            max_token_len=cfg.max_token_len, discrete_state=cfg.discrete_state, state_normalizer=state_norm,
+            state_pad_to=cfg.state_pad_to, device=torch.device("cpu"),
+        )
+        batch = ds.batch(torch.tensor([i]))
+        for slot in range(2):
+            assert torch.allclose(batch.images[slot][0], ref.images[slot][0], atol=1e-6)
+        n = int(ref.token_masks.sum())
+        assert torch.equal(batch.tokens[0, :n], ref.tokens[0, :n]) and bool(batch.token_masks[0, :n].all())
+        prompt = task_prompt_ids(tok, "What is the robot doing?")
+        label = tok.encode(demo.subtasks[s]) + [tok.eos_id]
+        assert batch.text[0, : len(prompt) + len(label)].tolist() == prompt + label
+        assert batch.text_loss_mask[0].nonzero().flatten().tolist() == list(range(len(prompt), len(prompt) + len(label)))
+        # actions: the next `action_horizon` steps, normalised; steps past the episode's end masked out
+        act_norm = QuantileNormalizer(stats["actions"].q01, stats["actions"].q99)
+        want = act_norm.normalize(demo.actions[s : s + cfg.action_horizon])
+        assert np.allclose(batch.actions[0, : len(want), :7].numpy(), want, atol=1e-6)
+        assert int(batch.action_loss_mask[0, :, 0].sum()) == len(want)
+        assert not bool(batch.action_loss_mask[0, :, 7:].any())
+
+
+def test_hdf5_round_trip_keeps_every_field(tmp_path):
+    demo = synthetic_demo(3, steps=6, size=32)
+    path = tmp_path / "t_demo.hdf5"
+    write_demo(path, "demo_0", demo, {"image_orientation": "policy", "env_args": {"a": 1}})
+    (back,) = read_demos(path)
+    for key in ("agentview", "wrist", "ee_states", "gripper_states", "joint_states", "actions", "executed_actions", "states"):
+        assert np.array_equal(getattr(back, key), getattr(demo, key)), key
+    assert back.subtasks == demo.subtasks and back.attrs["language"] == demo.attrs["language"]
+
+
+def _write_data(folder, n=2):
+    folder.mkdir()
+    for i in range(n):
+        write_demo(folder / "synthetic_demo.hdf5", f"demo_{i}", synthetic_demo(i, steps=12, size=64),
+                   {"image_orientation": "policy"})
+
+
+def test_training_resumes_to_the_same_weights(tmp_path):
+    data = tmp_path / "data"
+    _write_data(data)
+    common = dict(data=str(data), batch_size=4, warmup=2, checkpoint_every=2, threads=1, device="cpu")
+    straight = train(TrainConfig(out=str(tmp_path / "a"), steps=4, **common), progress=False)
+    train(TrainConfig(out=str(tmp_path / "b"), steps=2, **common), progress=False)
+    # A new process with a longer run continues from the saved optimiser, step and RNG state.
+    resumed = train(TrainConfig(out=str(tmp_path / "b"), steps=4, **common), progress=False)
+    from safetensors.torch import load_file
+
+    a, b = load_file(straight / "model.safetensors"), load_file(resumed / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    info = json.loads((resumed / "training.json").read_text())
+    assert info["step"] == 4 and info["data"]["init_states"] == [0, 1]
+    lines = (tmp_path / "b" / "log.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [2, 4]
+
+
+def test_resuming_with_other_settings_is_refused(tmp_path):
+    data = tmp_path / "data"
+    _write_data(data, n=1)
+    common = dict(data=str(data), batch_size=2, warmup=1, checkpoint_every=1, threads=1, device="cpu")
+    train(TrainConfig(out=str(tmp_path / "r"), steps=1, **common), progress=False)
+    with pytest.raises(ValueError, match="lr"):
+        train(TrainConfig(out=str(tmp_path / "r"), steps=2, lr=5e-4, **common), progress=False)
+
+
+def test_the_trained_model_loads_as_a_policy(tmp_path):
+    data = tmp_path / "data"
+    _write_data(data, n=1)
+    folder = train(TrainConfig(out=str(tmp_path / "m"), data=str(data), steps=1, batch_size=2, warmup=1,
+                               threads=1, device="cpu"), progress=False)
+    from oxygen_gym import LanguageTask, MultiTaskPolicy
+
+    demo = synthetic_demo(0, steps=1, size=64)
+    obs = {"images": {"base": demo.agentview[0], "wrist": demo.wrist[0]}, "state": demo.policy_state[0],
+           "prompt": demo.attrs["language"]}
+    with MultiTaskPolicy.from_pretrained(str(folder), robot="libero",
+                                         tasks=[LanguageTask("narrate", "What is the robot doing?", 4)]) as policy:
+        actions, updates = policy.act(obs)
+        assert policy.model.config.to_json() == {**PI05Config.named("compact").to_json(), "extra": policy.model.config.extra}
+    assert actions.shape == (10, 7) and np.isfinite(actions).all()
+    assert updates and updates[0].task == "narrate"
