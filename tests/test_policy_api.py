@@ -94,7 +94,7 @@ def test_all_modes_same_actions_and_text(reference_run, mode):
     for rid, seq in tokens.items():
         assert seq == ref_tokens[rid][: len(seq)]
     for a, b in zip(actions, ref_actions):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(a, b)  # measured: bit-identical in every mode (same kernels and shapes)
 
 
 def test_same_seed_same_noise_different_seed_differs():
