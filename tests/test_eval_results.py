@@ -73,6 +73,16 @@ def test_torn_tail_of_a_killed_writer_is_dropped_and_repaired(tmp_path):
     assert path.read_bytes() == whole + (json.dumps(records[2]) + "\n").encode()
 
 
+def test_short_writes_are_continued_to_the_end_of_the_line(tmp_path, monkeypatch):
+    """The kernel may take part of a buffer per write (a signal, a nearly full disk); append keeps writing."""
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real_write(fd, bytes(data[:7])))
+    with ResultsFolder(tmp_path) as f:
+        f.append(rec(ep=0))
+        f.extend([rec(ep=1), rec(ep=2)])
+    assert read_records(tmp_path / "episodes.jsonl") == [rec(ep=e) for e in range(3)]
+
+
 def test_each_append_is_fsynced_on_the_episodes_file_after_its_bytes(tmp_path, monkeypatch):
     """os.fsync (or fdatasync) observed on the real descriptor: it must be the episodes file's, called once the
     record's line is in the file and before append returns (a crash after append returns keeps the episode)."""
