@@ -33,6 +33,10 @@ class LiberoProtocol:
     episodes_per_task: int = 50
     success_from: str = "done"  # "done" (env's done flag) or "check_success"; identical in LIBERO, recorded for reports
     source: str = ""
+    # lerobot-eval executes every action the policy returns (select_action's queue of n_action_steps); openpi's client
+    # executes `replan` of the chunk
+    replan_from_policy: bool = False
+    image_resize: str = "pil"  # how the reference resizes camera images for the model (prompt.preprocess_image)
 
     def max_steps_for(self, suite: str) -> int:
         """Policy step limit for `suite`; suites derived from a standard one (e.g. LIBERO-PRO's
@@ -54,6 +58,7 @@ class LiberoProtocol:
             "max_steps": dict(self.max_steps), "render_size": self.render_size,
             "policy_image_size": self.policy_image_size, "seed": self.seed,
             "episodes_per_task": self.episodes_per_task, "success_from": self.success_from, "source": self.source,
+            "replan_from_policy": self.replan_from_policy, "image_resize": self.image_resize,
         }
 
 
@@ -74,7 +79,7 @@ LIBERO_PROTOCOLS: Mapping[str, LiberoProtocol] = MappingProxyType({
         max_steps=_frozen({"libero_spatial": 280, "libero_object": 280, "libero_goal": 300, "libero_10": 520,
                            "libero_90": 400}),
         render_size=360, policy_image_size=None, seed=1000, success_from="check_success",
-        source="lerobot lerobot-eval (envs/libero.py)",
+        source="lerobot lerobot-eval (envs/libero.py)", replan_from_policy=True, image_resize="torch",
     ),
 })
 

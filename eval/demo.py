@@ -16,6 +16,7 @@ from .config import MODES, PROTOCOLS, EvalConfig, parse_decode_budget, parse_lan
 from .episodes import INIT_STATES_PER_TASK, TASKS_PER_SUITE, EpisodeSpec, parse_suites
 from .results import write_json_atomic, write_text_atomic
 from .stats import percentiles
+from .libero_eval import convention_fields
 from .worker import EpisodeWorker
 
 # Policy steps (after the protocol's settle steps) the demo runs by default with a built-in model. Measured on the
@@ -52,6 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-language", action="store_true", help="actions only, no language task")
     parser.add_argument("--max-new-tokens", type=int, default=30, help="token cap per language request (default 30)")
     parser.add_argument("--fast-render", action="store_true", help="render without antialiasing (~2x faster on CPU)")
+    parser.add_argument("--fast-reset", action="store_true", help="LIBERO soft reset (faster; not the references')")
+    from .inspect import add_policy_arguments
+
+    add_policy_arguments(parser)
     parser.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
 
 
@@ -79,6 +84,7 @@ def _config(args: argparse.Namespace) -> tuple[EvalConfig, EpisodeSpec]:
         language_tasks=[parse_language_task(n, args.max_new_tokens) for n in names], protocol=args.protocol,
         max_steps=max_steps or None, fast_render=args.fast_render, suites=[suite], tasks=[args.task_id],
         episodes=args.init_state + 1, seeds=[seed], device=args.device, video="all", out=args.out,
+        fast_reset=args.fast_reset, **convention_fields(args),
     )
     return cfg, EpisodeSpec(suite, args.task_id, seed, args.init_state)
 

@@ -29,7 +29,8 @@ def test_tiny_policy_closed_loop_writes_an_annotated_video(tmp_path):
         tasks=[LanguageTask("narrate", prompt="Describe what the robot is doing.", max_new_tokens=8)],
         decode_budget=2,
     )
-    env = gym.make("oxygen_gym/LIBERO-v0", suite="libero_spatial", task_id=0, camera_size=SIZE, fast_render=True)
+    env = gym.make("oxygen_gym/LIBERO-v0", suite="libero_spatial", task_id=0, camera_size=SIZE, fast_render=True,
+                   fast_reset=True)
     try:
         result = run_episode(env, policy, max_steps=10, video_dir=tmp_path, init_state=0)
     finally:

@@ -16,7 +16,7 @@ pytest.importorskip("libero")
 import oxygen_gym.envs  # noqa: E402,F401  (registers the ids)
 from oxygen_gym.envs.protocols import LIBERO_PROTOCOLS, LIBERO_WAIT_ACTION, get_libero_protocol  # noqa: E402
 
-SMALL = dict(suite="libero_spatial", task_id=0, camera_size=64, fast_render=True)
+SMALL = dict(suite="libero_spatial", task_id=0, camera_size=64, fast_render=True, fast_reset=True)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 
 def eval_argv(out, *extra, episodes=2, max_steps=10):
     return ["eval", "libero", "--suite", "libero_spatial", "--tasks", "0", "--episodes", str(episodes),
-            "--max-steps", str(max_steps), "--checkpoint", "tiny", "--out", str(out), "--no-progress", *extra]
+            "--max-steps", str(max_steps), "--checkpoint", "tiny", "--out", str(out), "--no-progress", "--fast-reset", *extra]
 
 
 def keys(records):
