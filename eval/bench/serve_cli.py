@@ -46,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--decode-budget", default="5", help="k of both servers (default 5)")
     parser.add_argument("--max-new-tokens", type=int, default=20, help="tokens per language request (default 20)")
     parser.add_argument("--no-language", action="store_true", help="actions only")
-    parser.add_argument("--window-ms", type=float, default=20.0, help="batching window of the batched server")
+    parser.add_argument("--window-ms", type=float, default=100.0,
+                        help="batching window of the batched server (default 100: closed-loop robots on a loaded CPU reply within it)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per server (default 1; clients share the machine)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--max-seconds", type=float, default=3600.0, help="stop measuring after this long (partial results)")

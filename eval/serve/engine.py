@@ -37,8 +37,11 @@ class _Job:
 class EngineLoop:
     """Runs queued frames in batches of up to `max_batch` robots on its own thread.
 
-    A batch closes as soon as every registered robot has a frame in it, or `window_s` after its first frame arrived:
-    a frame never waits longer than the window for companions. `max_batch=1` serves robots one at a time (FIFO).
+    A batch closes as soon as every registered robot has a frame in it, or `window_s` after its first frame could have
+    run (it arrived, and the engine was free): a frame never waits longer than the window for companions. Counting from
+    when the engine frees up matters in closed loop: a robot whose frame missed a batch would otherwise run alone right
+    after it, while the others wait for it, and the robots would stay out of step for good. `max_batch=1` serves robots
+    one at a time (FIFO).
     """
 
     def __init__(self, scheduler: BatchScheduler, *, max_batch: int, window_s: float, max_queue: int) -> None:
@@ -55,6 +58,7 @@ class EngineLoop:
         self._sessions: set[int] = set()
         self._cv = threading.Condition()
         self._stopping = False
+        self._free_since = time.perf_counter()  # when the engine finished its last batch
         self._thread = threading.Thread(target=self._run, name="oxygen-serve-engine", daemon=True)
         self._thread.start()
 
@@ -122,10 +126,11 @@ class EngineLoop:
                 self._settle(job, self._occupancy)
             else:
                 self._run_batch(batch)
+                self._free_since = time.perf_counter()
 
     def _collect(self) -> list[_Job]:
         """Called with the lock held and a frame first in the queue: that frame plus companions (one per robot)."""
-        deadline = self._jobs[0].arrived + self.window_s
+        deadline = max(self._jobs[0].arrived, self._free_since) + self.window_s
         batch: list[_Job] = []
         while True:
             taken = {j.session for j in batch}
