@@ -50,6 +50,7 @@ class CollectConfig:
     protocol: str = "openpi"
     camera_size: int | None = None  # None = the protocol's render size
     fast_render: bool = True
+    fast_reset: bool = True  # soft reset, seeded per episode: a demo's scene depends on its key only, never on order
     max_steps: int | None = None  # None = the protocol's limit for the suite
     workers: int = 2
 
@@ -80,7 +81,8 @@ def _env_for(cfg: CollectConfig, task_id: int):
         if _ENV.get("env") is not None:
             _ENV["env"].close()
         _ENV["env"] = gym.make("oxygen_gym/LIBERO-v0", suite=cfg.suite, task_id=task_id, protocol=cfg.protocol,
-                               camera_size=cfg.camera_size, fast_render=cfg.fast_render, max_steps=cfg.max_steps)
+                               camera_size=cfg.camera_size, fast_render=cfg.fast_render, fast_reset=cfg.fast_reset,
+                               max_steps=cfg.max_steps)
         _ENV["key"] = key
     return _ENV["env"]
 
@@ -170,8 +172,9 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
     manifest = out / MANIFEST
     if manifest.is_file():
         old = json.loads(manifest.read_text())["config"]
-        keep = ("suite", "variants", "noise_std", "protocol", "camera_size", "fast_render", "max_steps")
-        diff = {k: (old.get(k), cfg.to_json()[k]) for k in keep if old.get(k) != cfg.to_json()[k]}
+        keep = ("suite", "variants", "noise_std", "protocol", "camera_size", "fast_render", "fast_reset", "max_steps")
+        defaults = CollectConfig().to_json()
+        diff = {k: (old.get(k, defaults[k]), cfg.to_json()[k]) for k in keep if old.get(k, defaults[k]) != cfg.to_json()[k]}
         if diff:
             raise ValueError(f"--out {out} holds a collection with other settings {diff}; use another folder")
     attempted = _done_episodes(out)
