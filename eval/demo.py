@@ -25,6 +25,10 @@ from .worker import EpisodeWorker
 # end, so 200 take a little under two minutes. A real checkpoint gets the protocol's full limit (220 for spatial).
 DEMO_MAX_STEPS = 200
 
+# The shipped trained model (oxygen_gym/model/trained.py) and the held-out init state the demo shows it on.
+DEFAULT_TRAINED = "libero-spatial"
+DEMO_INIT_STATE = 30
+
 RANDOM_WEIGHTS_NOTE = (
     "The built-in model '{name}' has RANDOM weights: its actions and its narration are noise, so the robot will not "
     "solve the task. It shows the loop and its speed. For a real policy pass --checkpoint PATH (a pi0.5 checkpoint "
@@ -33,12 +37,14 @@ RANDOM_WEIGHTS_NOTE = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", default="tiny",
-                        help="built-in model (tiny, small, pi05: random weights) or a pi0.5 checkpoint folder / hub id "
-                             "in lerobot's layout (default: tiny)")
+    parser.add_argument("--checkpoint", default=None,
+                        help=f"the shipped trained model ({DEFAULT_TRAINED}, the default), a random-weight built-in "
+                             "(tiny, small, pi05) or a pi0.5 checkpoint folder / hub id")
     parser.add_argument("--suite", default="libero_spatial", help="LIBERO suite (default libero_spatial)")
     parser.add_argument("--task-id", type=int, default=0, help="task of the suite, 0..9 (default 0)")
-    parser.add_argument("--init-state", type=int, default=0, help="LIBERO init state, 0..49 (default 0)")
+    parser.add_argument("--init-state", type=int, default=None,
+                        help=f"LIBERO init state, 0..49 (default {DEMO_INIT_STATE} for {DEFAULT_TRAINED}, one it never "
+                             "saw in training; else 0)"),
     parser.add_argument("--seed", type=int, default=None, help="episode seed (default: the protocol's, 7 for openpi)")
     parser.add_argument("--protocol", choices=PROTOCOLS, default="openpi", help="openpi or lerobot (default openpi)")
     parser.add_argument("--max-steps", type=int, default=None,
@@ -52,12 +58,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="language task(s) to run with the actions (default: narrate); repeatable")
     parser.add_argument("--no-language", action="store_true", help="actions only, no language task")
     parser.add_argument("--max-new-tokens", type=int, default=30, help="token cap per language request (default 30)")
-    parser.add_argument("--fast-render", action="store_true", help="render without antialiasing (~2x faster on CPU)")
-    parser.add_argument("--fast-reset", action="store_true", help="LIBERO soft reset (faster; not the references')")
+    parser.add_argument("--fast-render", action="store_true", default=None,
+                        help="render without antialiasing (~2x faster on CPU; the default for a trained model whose "
+                             "demonstrations were rendered so)")
+    parser.add_argument("--fast-reset", action="store_true", default=None,
+                        help="LIBERO soft reset (faster; not the references'; the default for a trained model)")
     from .inspect import add_policy_arguments
 
     add_policy_arguments(parser)
     parser.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
+
+
+def _trained_defaults(args: argparse.Namespace) -> dict:
+    """Fill the defaults that depend on the checkpoint; returns its trained language tasks (name -> task)."""
+    from oxygen_gym.model.trained import trained_model_dir
+
+    from .narration import training_info, trained_language_tasks
+
+    if args.checkpoint is None:
+        args.checkpoint = DEFAULT_TRAINED if trained_model_dir(DEFAULT_TRAINED) else "tiny"
+    info = training_info(args.checkpoint)
+    env = (info.get("data") or {}).get("collect") or {}
+    if args.init_state is None:
+        args.init_state = DEMO_INIT_STATE if args.checkpoint == DEFAULT_TRAINED else 0
+    if args.fast_render is None:
+        args.fast_render = bool(env.get("fast_render", False))
+    if args.fast_reset is None:
+        args.fast_reset = bool(env.get("fast_reset", False))
+    return trained_language_tasks(args.checkpoint)
 
 
 def _config(args: argparse.Namespace) -> tuple[EvalConfig, EpisodeSpec]:
@@ -69,6 +97,7 @@ def _config(args: argparse.Namespace) -> tuple[EvalConfig, EpisodeSpec]:
     suite = suites[0]
     if not 0 <= args.task_id < TASKS_PER_SUITE:
         raise ValueError(f"--task-id: {args.task_id}; expected 0..{TASKS_PER_SUITE - 1}")
+    trained = _trained_defaults(args)
     if not 0 <= args.init_state < INIT_STATES_PER_TASK:
         raise ValueError(f"--init-state: {args.init_state}; expected 0..{INIT_STATES_PER_TASK - 1}")
     builtin = args.checkpoint in ("tiny", "small", "pi05")
@@ -81,7 +110,8 @@ def _config(args: argparse.Namespace) -> tuple[EvalConfig, EpisodeSpec]:
     cfg = EvalConfig(
         checkpoint=args.checkpoint, mode=args.mode, decode_budget=parse_decode_budget(args.decode_budget),
         target_action_hz=args.target_action_hz,
-        language_tasks=[parse_language_task(n, args.max_new_tokens) for n in names], protocol=args.protocol,
+        language_tasks=[parse_language_task(n, args.max_new_tokens, trained=trained) for n in names],
+        protocol=args.protocol,
         max_steps=max_steps or None, fast_render=args.fast_render, suites=[suite], tasks=[args.task_id],
         episodes=args.init_state + 1, seeds=[seed], device=args.device, video="all", out=args.out,
         fast_reset=args.fast_reset, **convention_fields(args),

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 
 def test_demo_writes_video_episode_and_report(tmp_path, capsys):
     out = tmp_path / "demo"
-    assert main(["demo", "--max-steps", "10", "--fast-reset", "--out", str(out)]) == 0
+    assert main(["demo", "--checkpoint", "tiny", "--max-steps", "10", "--fast-reset", "--out", str(out)]) == 0
     captured = capsys.readouterr()
     assert "RANDOM weights" in captured.err and "--checkpoint PATH" in captured.err
 

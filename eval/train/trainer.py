@@ -88,8 +88,14 @@ def export(model, out: Path, stats, cfg: TrainConfig, step: int, dataset_info: d
 def _dataset_info(data: str, demos) -> dict:
     inits = sorted({int(d.attrs["init_state"]) for d in demos if "init_state" in d.attrs})
     tasks = sorted({str(d.attrs.get("task_name", "")) for d in demos})
+    manifest = Path(data) / "dataset.json"
+    collect = json.loads(manifest.read_text())["config"] if manifest.is_file() else {}
+    if collect:  # settings a collection's manifest predates take their defaults
+        from ..collect.runner import CollectConfig
+
+        collect = {**CollectConfig().to_json(), **collect}
     return {"path": str(data), "demos": len(demos), "steps": int(sum(len(d) for d in demos)),
-            "init_states": inits, "tasks": tasks}
+            "init_states": inits, "tasks": tasks, "collect": collect}
 
 
 def train(cfg: TrainConfig, progress: bool = True) -> Path:
