@@ -77,10 +77,12 @@ async def _measure(args: argparse.Namespace, servers: dict, deadline: float) -> 
         fleets = {m: [Robot(servers[m].uri, messages[i], args.call_timeout) for i in range(n)] for m in MODES}
         logs = {m: [RobotLog() for _ in range(n)] for m in MODES}
         walls = {m: 0.0 for m in MODES}
+        before = {}
         for m in MODES:
             for r in fleets[m]:
                 await r.connect()
             await run_round(fleets[m], args.warmup, None)
+            before[m] = (await fleets[m][0].server_stats())["server"]["totals"]
         done, rnd, partial = 0, 0, False
         while done < args.calls:
             calls = min(per_round, args.calls - done)
@@ -95,12 +97,25 @@ async def _measure(args: argparse.Namespace, servers: dict, deadline: float) -> 
             server = (await fleets[m][0].server_stats())["server"]
             for r in fleets[m]:
                 await r.close()
-            points.append(_point(m, n, logs[m], walls[m], server, partial))
+            points.append(_point(m, n, logs[m], walls[m], _delta(before[m], server["totals"]), partial))
             print(_row(points[-1]), flush=True)
         if partial:
             print(f"oxygen-gym bench serve: --max-seconds reached; stopping after {n} robots", file=sys.stderr)
             break
     return points
+
+
+def _delta(a: dict, b: dict) -> dict:
+    """The server's batches between two stats reads: robots per batch, mean batch time and its stages."""
+    n = b["batches"] - a["batches"]
+    if n <= 0:
+        return {}
+    return {
+        "batches": n,
+        "robots_per_batch": (b["robot_frames"] - a["robot_frames"]) / n,
+        "batch_ms": (b["frame_ms"] - a["frame_ms"]) / n,
+        "stage_ms": {s: (b["stage_ms"].get(s, 0.0) - a["stage_ms"].get(s, 0.0)) / n for s in b["stage_ms"]},
+    }
 
 
 def _point(mode: str, robots: int, logs, wall_s: float, server: dict, partial: bool) -> dict:
@@ -117,8 +132,9 @@ def _point(mode: str, robots: int, logs, wall_s: float, server: dict, partial: b
         "latency_ms_p99_worst_robot": float(max(p99)),
         "action_throughput_per_s": sum(lg.actions for lg in logs) / wall_s,
         "language_tokens_per_s": sum(lg.tokens for lg in logs) / wall_s,
-        "robots_per_batch": server.get("mean_robots_per_batch"),
-        "server_frame_ms_p50": server.get("batches", {}).get("frame_ms", {}).get("p50"),
+        "robots_per_batch": server.get("robots_per_batch"),
+        "server_batch_ms": server.get("batch_ms"),
+        "server_stage_ms": server.get("stage_ms"),
         "partial": partial,
     }
 
@@ -140,14 +156,18 @@ def _ratios(points: list[dict]) -> list[dict]:
     return out
 
 
-HEAD = "| batching | robots | calls/robot | p50 ms | p99 ms (worst robot) | actions/s | tokens/s | robots/batch |"
+HEAD = ("| batching | robots | calls/robot | p50 ms | p99 ms (worst robot) | actions/s | tokens/s | robots/batch "
+        "| batch ms (prefill / denoise / decode) |")
 
 
 def _row(p: dict) -> str:
     rpb = "-" if p["robots_per_batch"] is None else f"{p['robots_per_batch']:.2f}"
+    st = p.get("server_stage_ms") or {}
+    batch = "-" if p.get("server_batch_ms") is None else (
+        f"{p['server_batch_ms']:.0f} ({st.get('prefill', 0):.0f} / {st.get('denoise', 0):.0f} / {st.get('decode', 0):.0f})")
     return (f"| {p['batching']} | {p['robots']} | {p['calls_per_robot']} | {p['latency_ms_p50']:.0f} | "
             f"{p['latency_ms_p99_worst_robot']:.0f} | {p['action_throughput_per_s']:.1f} | {p['language_tokens_per_s']:.1f} | "
-            f"{rpb} |")
+            f"{rpb} | {batch} |")
 
 
 def markdown(results: dict) -> str:
@@ -158,7 +178,7 @@ def markdown(results: dict) -> str:
         f"- model `{cfg['model']}`, robot `{cfg['robot']}`, k={cfg['decode_budget']}, {language}, "
         f"{cfg['threads']} torch thread(s) per server, window {cfg['window_ms']} ms",
         f"- {cfg['machine']}; load average before {cfg['load_before']}, after {cfg.get('load_after')}; wall {cfg.get('wall_s', 0):.0f} s",
-        "", HEAD, "|" + " --- |" * 8,
+        "", HEAD, "|" + " --- |" * 9,
         *[_row(p) for p in results["points"]],
         "", "| robots | throughput on/off | p99 on / lone robot | p99 off / lone robot |", "| --- | --- | --- | --- |",
     ]

@@ -54,6 +54,7 @@ class EngineLoop:
         self.window_s = window_s
         self.max_queue = max_queue
         self.batches = FrameLog()  # one record per batched frame
+        self.robot_frames = 0  # frames served, all robots (batches.frames counts batches)
         self._jobs: deque[_Job] = deque()
         self._sessions: set[int] = set()
         self._cv = threading.Condition()
@@ -178,6 +179,7 @@ class EngineLoop:
                 "queue_ms": 1e3 * (time.perf_counter() - min(j.arrived for j in ok)) - stats.frame_ms,
             }
         )
+        self.robot_frames += len(ok)
         for job, res in zip(ok, results):
             job.done.set_result(res)
 

@@ -123,6 +123,11 @@ class PolicyServer:
             "uptime_s": time.time() - self.started,
             "batches": batches.summary(self.template.horizon),
             "mean_robots_per_batch": float(np.mean([b["robots"] for b in recent])) if recent else 0.0,
+            # running totals: differences between two reads describe the batches in between (bench serve)
+            "totals": {
+                "batches": batches.frames, "robot_frames": self.engine.robot_frames, "frame_ms": batches.frame_ms_sum,
+                "stage_ms": dict(batches.stage_ms_sum), "tokens": batches.tokens,
+            },
             **self.engine.snapshot(),
         }
 
