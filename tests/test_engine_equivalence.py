@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from engine_workloads import make_workload, run_workload
+from engine_workloads import make_workload, random_prefix, run_workload
+from oxygen_gym.engine.scheduler import FrameScheduler
+from oxygen_gym.engine.slots import SlotPool
 from oxygen_gym.model.init import build_model
 
 
@@ -70,3 +72,27 @@ def test_upper_bound_admits_every_request_and_decodes_exactly_k_tokens(tiny, k):
         assert tokens[rid] == ref[rid][: min(n, k)], f"request {rid} (max_new_tokens {n})"
     # non-vacuous: requests whose budget and text are longer than k are cut at exactly k
     assert sum(n > k and len(ref[rid]) > k for rid, n in enumerate(budgets)) >= 3
+
+
+@pytest.mark.parametrize("mode", ["isolated", "oxygen"])
+def test_a_request_stops_on_its_eos_token(tiny, mode):
+    """Greedy text from a request that cannot stop early (eos -1), then the same request with that text's fourth
+    token as EOS: it ends right there ("stop"), that token included, and leaves the pool."""
+    from oxygen_gym.engine.frame import FrameInput
+    from oxygen_gym.engine.request import Request
+
+    prefix = random_prefix(np.random.default_rng(4))
+    noise = torch.from_numpy(np.random.default_rng(5).standard_normal((1, 10, 32)).astype(np.float32))
+    full, _, _ = run_workload(tiny, "isolated", [(prefix, noise, [("t", [9, 17], 12)])], k=12)
+    assert len(full[0]) == 12, "the reference text hit run_workload's EOS (1) early; pick another prefix seed"
+    eos_at = next(i for i in range(3, 12) if full[0][i] not in full[0][:i])  # first token not seen before it
+    cfg = tiny.config
+    pool = SlotPool(4, 800, layers=cfg.vlm.depth, kv_heads=cfg.vlm.num_kv_heads, head_dim=cfg.vlm.head_dim)
+    sched = FrameScheduler(tiny, pool, mode)
+    r = Request(0, "t", 0, [9, 17], max_new_tokens=12, eos_id=full[0][eos_at])
+    f = 0
+    while f == 0 or sched.in_flight():
+        sched.run(FrameInput(f, prefix, noise, [r] if f == 0 else []), 2)
+        f += 1
+    assert r.generated == full[0][: eos_at + 1] and r.finish_reason == "stop"
+    assert pool.active == 0
