@@ -30,7 +30,7 @@ def run_soak(frames: int):
     pool = SlotPool(40, 700, layers=c.vlm.depth, kv_heads=1, head_dim=c.vlm.head_dim)
     sched = FrameScheduler(model, pool, "oxygen")
     prefix = random_prefix(np.random.default_rng(0))
-    noise = torch.randn(1, 10, 32)
+    noise = torch.randn(1, 10, 32, generator=torch.Generator().manual_seed(0))
     rid = 0
     at_cycle_start = []
     peak_active = 0
