@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from engine_workloads import make_workload, random_prefix, run_workload
+from oxygen_gym.engine.frame import FrameInput
+from oxygen_gym.engine.request import Request
 from oxygen_gym.engine.scheduler import FrameScheduler
 from oxygen_gym.engine.slots import SlotPool
 from oxygen_gym.model.init import build_model
-
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +42,6 @@ def test_oxygen_batches_across_frames(tiny):
     batch_sizes = []
     tokens, _, sched = run_workload(tiny, "oxygen", workload, k=2, check=lambda s: None)
     # Re-run capturing batch sizes through the scheduler's frame stats.
-    from oxygen_gym.engine.frame import FrameInput
-    from oxygen_gym.engine.request import Request
-
     sched.reset()
     rid = 0
     for f, (prefix, noise, arrivals) in enumerate(workload):
@@ -76,11 +74,9 @@ def test_upper_bound_admits_every_request_and_decodes_exactly_k_tokens(tiny, k):
 
 @pytest.mark.parametrize("mode", ["isolated", "oxygen"])
 def test_a_request_stops_on_its_eos_token(tiny, mode):
-    """Greedy text from a request that cannot stop early (eos -1), then the same request with that text's fourth
-    token as EOS: it ends right there ("stop"), that token included, and leaves the pool."""
-    from oxygen_gym.engine.frame import FrameInput
-    from oxygen_gym.engine.request import Request
-
+    """Greedy text of a request that runs to its budget, then the same request with a later token of that text (the
+    first from the fourth on that did not occur before) as its EOS: it ends right there ("stop"), that token
+    included, and leaves the pool."""
     prefix = random_prefix(np.random.default_rng(4))
     noise = torch.from_numpy(np.random.default_rng(5).standard_normal((1, 10, 32)).astype(np.float32))
     full, _, _ = run_workload(tiny, "isolated", [(prefix, noise, [("t", [9, 17], 12)])], k=12)
