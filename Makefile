@@ -35,6 +35,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "torch==2.13.0" || $(BIN)/python -m pip install -q "torch>=2.3"
 	$(BIN)/python -m pip install -q -e ".[sim,eval,serve,test]"
+	# openpi's own client (the serving tests talk to our server with it) pins numpy<2 in its metadata but runs on
+	# numpy 2; installing it without its pins keeps the numpy the simulators were verified with.
+	$(BIN)/python -m pip install -q --no-deps "openpi-client>=0.1.2"
 	touch $(STAMP)
 
 clean:
