@@ -88,6 +88,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("compaction_skips_copy", "oxygen_gym/engine/slots.py",
              "            self.copy(last, slot, self.lengths[last])\n", "            self.lengths[slot] = self.lengths[last]\n",
              ("tests/test_engine_slots.py",), "freeing a slot moves the owner but not its KV"),
+    Mutation("batched_decode_unmasked", "oxygen_gym/model/pi05.py",
+             "        if b > 1 or t > 1:\n            mask = torch.arange(read_len",
+             "        if t > 1:\n            mask = torch.arange(read_len",
+             ("tests/test_model_cached.py", "tests/test_engine_equivalence.py"),
+             "batched decode: shorter rows attend past their own length"),
+    Mutation("episode_key_drops_seed", "eval/episodes.py",
+             "return (self.suite, self.task_id, self.seed, self.episode)", "return (self.suite, self.task_id, 0, self.episode)",
+             ("tests/test_eval_results.py",), "finished-episode keys ignore the seed"),
     Mutation("nan_state_accepted", "policies/inputs.py",
              "np.isfinite(", "np.isreal(",
              ("tests/test_policy_validation.py",), "non-finite state passes validation"),
@@ -112,6 +120,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              "        frame_ms_p50=_pct(frame, 50),\n",
              "        frame_ms_p50=_pct(np.array([r.frame_ms for r in records]), 50),\n",
              ("tests/test_bench.py::test_sweep_writes_every_file_and_plot",), "p50 over warm-up frames too"),
+    Mutation("bench_cpu_memory_called_peak", "eval/bench/metrics.py",
+             'out["peak_memory_bytes"] = int(held_bytes + max(transient)) if transient else None',
+             'out["peak_memory_bytes"] = int(held_bytes + max(transient)) if transient else int(held_bytes)',
+             ("tests/test_bench.py::test_sweep_writes_every_file_and_plot",), "a computed CPU figure reported as peak"),
 )
 
 
