@@ -16,9 +16,9 @@ from oxygen_gym.model import GemmaDims, PI05Config, VisionDims, load_pretrained
 CASES = ["", "b2_"]  # batch 1; batch 2 with prompts of 20 and 64 tokens and one camera masked in sample 1
 
 
-# Tolerances: small multiples of the agreement measured on CPU fp32 (torch 2.x, this fixture), so that a real
-# deviation fails. Measured max rel. errors: actions 1.7e-7, x_t 1.3e-7, per-step velocity 3.8e-7, prefix hidden 4.4e-7,
-# last logits 2.5e-7. Exact GELU in place of Gemma's tanh approximation moves them to actions 2.0e-5, velocity
+# Tolerances: small multiples of the agreement measured on CPU fp32 (torch 2.x, this fixture; re-measure with
+# `tools/measure_test_errors.py parity [--gelu-exact]`), so that a real deviation fails. Measured max rel. errors:
+# actions 1.7e-7, x_t 1.3e-7, per-step velocity 3.8e-7, prefix hidden 4.4e-7, last logits 2.5e-7. Exact GELU in place of Gemma's tanh approximation moves them to actions 2.0e-5, velocity
 # 7.7e-5, hidden 1.8e-4, logits 1.1e-4: 10-40x above these bounds.
 ACTIONS_TOL = 1e-6  # ~6x the measured 1.7e-7 (also x_t)
 INTERNAL_TOL = 2e-6  # ~5x the measured 4.4e-7 (velocity, hidden, logits)
