@@ -79,7 +79,10 @@ def cached(seeds: list[int]) -> None:
         h = max(T.rel_err(hidden[r, : int(prefix.lengths[r])], ref.prefix_hidden[r][prefix.valid[r]]) for r in range(3))
         model.denoise(cache, prefix.lengths, x_t, num_steps=10)
         e = T.rel_err(model.lm_logits(model.extend(cache.rows(0, 3), text, prefix.lengths)), ref.text_logits)
-        print(f"seed {seed}: actions {a:.2e}  prefix hidden {h:.2e}  extend logits {e:.2e}")
+        cache = model.new_cache(3, prefix.max_len + c.action_horizon)
+        model.prefill(cache, prefix)
+        d = max(T.rel_err(model.decode_step(cache, text[:, i], prefix.lengths + i), ref.text_logits[:, i]) for i in range(6))
+        print(f"seed {seed}: actions {a:.2e}  prefix hidden {h:.2e}  extend logits {e:.2e}  decode-step logits {d:.2e}")
 
 
 def kernels() -> None:
