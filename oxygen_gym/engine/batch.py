@@ -115,7 +115,7 @@ class BatchScheduler(FrameScheduler):
         for r in frame.new_requests:
             if r.session != frame.session:
                 raise ValueError(f"request {r.request_id} belongs to session {r.session}, not {frame.session}")
-            self._check_fits(r, frame.prefix)
+            self._check_fits(r, frame.prefix, frame.noise.shape[1])
 
     def drop_session(self, session: int) -> int:
         """Free every request of `session` (a robot that disconnected or reset). Returns how many were dropped."""

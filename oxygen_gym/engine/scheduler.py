@@ -54,7 +54,7 @@ class FrameScheduler:
 
     def _run(self, frame: FrameInput, k: int, body) -> FrameResult:
         for r in frame.new_requests:
-            self._check_fits(r, frame.prefix)
+            self._check_fits(r, frame.prefix, frame.noise.shape[1])
         self.timer.start_frame()
         self._advanced: dict[int, tuple[Request, list[int]]] = {}
         self._batch_sizes: list[int] = []
@@ -204,12 +204,12 @@ class FrameScheduler:
     def _manager(self):
         return self.timer.stage("manager")
 
-    def _check_fits(self, r: Request, prefix: PrefixInputs) -> None:
+    def _check_fits(self, r: Request, prefix: PrefixInputs, horizon: int) -> None:
+        """`horizon`: the action tokens this frame denoises (the policy's chunk, not the config's maximum)."""
         if not r.prompt_ids:
             raise ValueError(f"request {r.request_id} ({r.task}): empty prompt")
         cameras = sum(bool(m.any()) for m in prefix.image_masks)  # masked cameras are compacted out of the cache
         n = cameras * self.model.config.vision.num_patches + int(prefix.token_masks[0].sum())
-        horizon = self.model.config.action_horizon
         need = max(n + horizon, n + len(r.prompt_ids) - 1 + r.max_new_tokens)
         if need > self.pool.capacity:
             raise CapacityError(
