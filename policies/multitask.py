@@ -301,7 +301,8 @@ class MultiTaskPolicy:
         `self._records.window` frames (the log keeps only those, so a long run's memory stays flat)."""
         out = {
             **self._records.summary(self.horizon),
-            "peak_memory_bytes": peak_memory_bytes(self.model.device, self._model_bytes + self._pool_bytes),
+            "peak_memory_bytes": peak_memory_bytes(self.model.device),
+            "held_memory_bytes": self._model_bytes + self._pool_bytes,  # computed: weights + KV pool
             "peak_rss_bytes": peak_rss_bytes(),
             "mode": self.mode,
             "queued_requests": int(getattr(self.engine, "total_queued", 0)),

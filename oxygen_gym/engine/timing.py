@@ -52,13 +52,13 @@ class StageTimer:
         return self._ms(self._frame_start, end), out
 
 
-def peak_memory_bytes(device: torch.device | str, tensor_bytes: int) -> int:
-    """CUDA: the caching allocator's peak. CPU: the tensor bytes the engine holds (weights + KV pool), which
-    compare fairly between modes run in one process (RSS only ever grows, so it is reported separately)."""
+def peak_memory_bytes(device: torch.device | str) -> int:
+    """Measured peak memory: CUDA, the caching allocator's high-water mark; CPU, the process's peak resident set
+    (getrusage), which counts everything the process ever held, not only the engine's tensors."""
     device = torch.device(device)
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
-    return int(tensor_bytes)
+    return peak_rss_bytes()
 
 
 def peak_rss_bytes() -> int:
