@@ -10,7 +10,7 @@ APT_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libopengl0 libosmesa
 export MUJOCO_GL ?= egl
 export PYOPENGL_PLATFORM ?= egl
 
-.PHONY: demo test install system-deps clean
+.PHONY: demo test install system-deps clean libero-spatial
 
 demo: install
 	$(BIN)/oxygen-gym demo
@@ -42,3 +42,15 @@ $(STAMP): pyproject.toml
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# The shipped `libero-spatial` model from scratch (docs/libero-spatial.md): scripted demonstrations of libero_spatial
+# task 0 from init states 0-29 (1 clean + 1 noise-injected episode each), then the `compact` config trained for 2,400
+# steps and resumed to 3,600 (the shipped run: its cosine schedule restarted from where 2,400 left it). Every step
+# resumes when rerun. The result replaces oxygen_gym/assets/libero-spatial/.
+DATA ?= data/libero-spatial
+RUN ?= runs/train-libero-spatial
+libero-spatial: install
+	$(BIN)/oxygen-gym collect libero --suite libero_spatial --tasks 0 --init-states 0-29 --variants 2 --workers 2 --out $(DATA)
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/oxygen-gym train --data $(DATA) --config compact --steps 2400 --batch-size 32 --threads 2 --out $(RUN)
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/oxygen-gym train --data $(DATA) --config compact --steps 3600 --batch-size 32 --threads 2 --out $(RUN)
+	rm -rf oxygen_gym/assets/libero-spatial && cp -r $(RUN)/model oxygen_gym/assets/libero-spatial
