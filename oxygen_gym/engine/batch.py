@@ -157,16 +157,7 @@ class BatchScheduler(FrameScheduler):
     def _admit_new_from(self, frame: FrameInput, row: int, n: int) -> None:
         """The frame's new requests take slots and a copy of its prefix KV; behind this robot's queue if it has one."""
         for r in frame.new_requests:
-            with self._manager():
-                admitted = not self._queued(frame.session) and self.pool.can_allocate()
-                if admitted:
-                    self.table.persist(r)
-                    self.pool.copy(row, r.slot, n)
-                else:
-                    self.waiting.append((r, frame.prefix))
-                    self.total_queued += 1
-            if admitted:
-                self._start(r, n)
+            self._admit_copy(r, frame.prefix, row, n, blocked=self._queued(frame.session))
 
     def _admit_waiting_of(self, members: set[int]) -> None:
         """Queued requests of this batch's robots take free slots first (FIFO per robot); their prefix is prefilled

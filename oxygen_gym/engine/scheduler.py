@@ -181,16 +181,21 @@ class FrameScheduler:
             if r is owner:
                 self._start(r, n)
                 continue
-            with self._manager():
-                admitted = not self.waiting and self.pool.can_allocate()
-                if admitted:
-                    self.table.persist(r)
-                    self.pool.copy(slot, r.slot, n)
-                else:
-                    self.waiting.append((r, frame.prefix))
-                    self.total_queued += 1
+            self._admit_copy(r, frame.prefix, slot, n, blocked=bool(self.waiting))
+
+    def _admit_copy(self, r: Request, prefix: PrefixInputs, src_row: int, n: int, blocked: bool) -> None:
+        """Give `r` a slot holding a copy of row `src_row`'s `n` prefix positions, or queue it (FIFO, with its frame's
+        inputs) when `blocked` (earlier requests wait) or the pool is full."""
+        with self._manager():
+            admitted = not blocked and self.pool.can_allocate()
             if admitted:
-                self._start(r, n)
+                self.table.persist(r)
+                self.pool.copy(src_row, r.slot, n)
+            else:
+                self.waiting.append((r, prefix))
+                self.total_queued += 1
+        if admitted:
+            self._start(r, n)
 
     def _admit_waiting(self) -> None:
         """Queued requests (FIFO) take free slots before this frame's new ones; their prefix is prefilled again."""
