@@ -27,7 +27,7 @@ DEMO_MAX_STEPS = 200
 
 # The shipped trained model (oxygen_gym/model/trained.py) and the held-out init state the demo shows it on.
 DEFAULT_TRAINED = "libero-spatial"
-DEMO_INIT_STATE = 30
+DEMO_INIT_STATE = 35
 
 RANDOM_WEIGHTS_NOTE = (
     "The built-in model '{name}' has RANDOM weights: its actions and its narration are noise, so the robot will not "
