@@ -83,17 +83,6 @@ class PI05Model(nn.Module):
         self._denoise_mods.clear()
 
     # ---------------------------------------------------------------- prefix
-    @torch.inference_mode()
-    def embed_prefix(
-        self,
-        images: list[torch.Tensor],
-        image_masks: list[torch.Tensor],
-        tokens: torch.Tensor,
-        token_masks: torch.Tensor,
-    ) -> Prefix:
-        """SigLIP image tokens then scaled text embeddings, with invalid tokens compacted out."""
-        return self.embed_prefix_differentiable(images, image_masks, tokens, token_masks)
-
     def embed_prefix_differentiable(
         self,
         images: list[torch.Tensor],
@@ -101,8 +90,8 @@ class PI05Model(nn.Module):
         tokens: torch.Tensor,
         token_masks: torch.Tensor,
     ) -> Prefix:
-        """`embed_prefix` outside inference mode: the training forward (training.py) builds its prefix here, so
-        training and inference embed images and prompts with the very same code."""
+        """SigLIP image tokens then scaled text embeddings, with invalid tokens compacted out. Outside inference mode,
+        so the training forward (training.py) embeds images and prompts with the very code inference uses."""
         b = tokens.shape[0]
         n_img = self.config.vision.num_patches
         embs, valid = [], []
@@ -125,6 +114,8 @@ class PI05Model(nn.Module):
         idx = order[:, :max_len]
         compact = embs_t.gather(1, idx[..., None].expand(-1, -1, embs_t.shape[-1]))
         return Prefix(compact, lengths, valid_t)
+
+    embed_prefix = torch.inference_mode()(embed_prefix_differentiable)  # what inference calls
 
     @torch.inference_mode()
     def prefill(self, cache: KVCache, prefix: Prefix) -> torch.Tensor:
