@@ -19,7 +19,6 @@ import torch
 from ..model.pi05 import PI05Model
 from .frame import FrameInput, FrameResult, FrameStats
 from .request import Request, RequestTable
-from .sampling import choose_tokens
 from .scheduler import FrameScheduler
 from .slots import SlotPool
 
@@ -187,16 +186,6 @@ class BatchScheduler(FrameScheduler):
                     return
                 self.table.move_to_front(batch_reqs)
                 batch = self.table.fetch(self.model.device, len(batch_reqs))
-            with self.timer.stage("decode"):
-                # CUDA graphs pad the batch with the rows after it, which must be free: only when it is everyone.
-                if self.graphs is not None and batch.size == self.pool.active:
-                    logits = self.graphs.decode_step(batch.size, batch.last_tokens, batch.positions)
-                else:
-                    logits = self.model.decode_step(self.pool.view(0, batch.size), batch.last_tokens, batch.positions)
-                tokens = choose_tokens(logits, batch.requests)
-            with self._manager():
-                self.table.update(batch, tokens)
-                for r, t in zip(batch.requests, tokens):
-                    self._advanced.setdefault((r.session, r.request_id), (r, []))[1].append(t)
-                self.table.evict_finished()
-            self._batch_sizes.append(batch.size)
+            # CUDA graphs pad the batch with the rows after it, which must be free: only when it is everyone.
+            use_graphs = self.graphs is not None and batch.size == self.pool.active
+            self._decode_step(batch, use_graphs, lambda r: (r.session, r.request_id))

@@ -154,18 +154,7 @@ class FrameScheduler:
         while len(self.table) and (steps is None or step < steps):
             with self._manager():
                 batch = self.table.fetch(self.model.device)
-            with self.timer.stage("decode"):
-                if self.graphs is not None:
-                    logits = self.graphs.decode_step(batch.size, batch.last_tokens, batch.positions)
-                else:
-                    logits = self.model.decode_step(self.pool.view(0, batch.size), batch.last_tokens, batch.positions)
-                tokens = choose_tokens(logits, batch.requests)
-            with self._manager():
-                self.table.update(batch, tokens)
-                for r, t in zip(batch.requests, tokens):
-                    self._advanced.setdefault(r.request_id, (r, []))[1].append(t)
-                self.table.evict_finished()
-            self._batch_sizes.append(batch.size)
+            self._decode_step(batch, self.graphs is not None, lambda r: r.request_id)
             step += 1
 
     # ------------------------------------------------------------------ admission
@@ -182,6 +171,21 @@ class FrameScheduler:
                 self._start(r, n)
                 continue
             self._admit_copy(r, frame.prefix, slot, n, blocked=bool(self.waiting))
+
+    def _decode_step(self, batch, use_graphs: bool, key) -> None:
+        """One decode step over `batch` (pool rows 0..size): token choice, bookkeeping under `key(request)`, evictions."""
+        with self.timer.stage("decode"):
+            if use_graphs:
+                logits = self.graphs.decode_step(batch.size, batch.last_tokens, batch.positions)
+            else:
+                logits = self.model.decode_step(self.pool.view(0, batch.size), batch.last_tokens, batch.positions)
+            tokens = choose_tokens(logits, batch.requests)
+        with self._manager():
+            self.table.update(batch, tokens)
+            for r, t in zip(batch.requests, tokens):
+                self._advanced.setdefault(key(r), (r, []))[1].append(t)
+            self.table.evict_finished()
+        self._batch_sizes.append(batch.size)
 
     def _admit_copy(self, r: Request, prefix: PrefixInputs, src_row: int, n: int, blocked: bool) -> None:
         """Give `r` a slot holding a copy of row `src_row`'s `n` prefix positions, or queue it (FIFO, with its frame's
