@@ -3,7 +3,7 @@
 Experts see the simulator (object and target poses); the policy never does. They exist to demonstrate tasks
 (`oxygen-gym collect`) and to label every step with its subtask in plain words built from the task's object names.
 The labeller is a function of the sim state alone (not of the expert's internal phase), so the same labels can be
-computed for any policy's rollout: that is how eval scores narration (eval/narration.py).
+computed for any policy's rollout: that is how eval scores narration (eval/libero/narration.py).
 
 Action convention (LIBERO OSC_POSE): 6 deltas + gripper; 1 unit of position = 5 cm (controller output_max 0.05),
 gripper +1 closes, -1 opens (shared/design/training-notes.md).

@@ -12,12 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-from .config import MODES, PROTOCOLS, EvalConfig, parse_decode_budget, parse_language_task
-from .episodes import INIT_STATES_PER_TASK, TASKS_PER_SUITE, EpisodeSpec, parse_suites
-from .results import write_json_atomic, write_text_atomic
-from .stats import percentiles
-from .libero_eval import convention_fields
-from .worker import EpisodeWorker
+from .libero.eval_config import MODES, PROTOCOLS, EvalConfig, parse_decode_budget, parse_language_task
+from .libero.episode_set import INIT_STATES_PER_TASK, TASKS_PER_SUITE, EpisodeSpec, parse_suites
+from .libero.results import write_json_atomic, write_text_atomic
+from .libero.summary_stats import percentiles
+from .libero.eval_command import convention_fields
+from .libero.worker import EpisodeWorker
 
 # Policy steps (after the protocol's settle steps) the demo runs by default with a built-in model. Measured on the
 # 2-core CPU this was sized on: a LIBERO step (physics + two cameras rendered in software) takes 0.26-0.38 s, the tiny
@@ -73,7 +73,7 @@ def _trained_defaults(args: argparse.Namespace) -> dict:
     """Fill the defaults that depend on the checkpoint; returns its trained language tasks (name -> task)."""
     from oxygen_gym.model.trained import trained_model_dir
 
-    from .narration import training_info, trained_language_tasks
+    from .libero.narration import training_info, trained_language_tasks
 
     if args.checkpoint is None:
         args.checkpoint = DEFAULT_TRAINED if trained_model_dir(DEFAULT_TRAINED) else "tiny"

@@ -13,7 +13,7 @@ from oxygen_gym.eval.cli import main
 def test_convention_flags_reach_the_eval_config(tmp_path):
     import argparse
 
-    from oxygen_gym.eval.libero_eval import add_arguments, config_from_args
+    from oxygen_gym.eval.libero.eval_command import add_arguments, config_from_args
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -42,8 +42,8 @@ def test_lerobot_checkpoint_runs_in_eval_with_the_protocols_replan(tmp_path, pro
     rec = json.loads((out / "episodes.jsonl").read_text().splitlines()[0])
     assert rec["status"] == "ok", rec.get("error")
     assert rec["replan"] == replan and rec["calls"] == -(-12 // replan)
-    from oxygen_gym.eval.config import EvalConfig
-    from oxygen_gym.eval.worker import EpisodeWorker
+    from oxygen_gym.eval.libero.eval_config import EvalConfig
+    from oxygen_gym.eval.libero.worker import EpisodeWorker
 
     worker = EpisodeWorker(EvalConfig(checkpoint=str(ck), protocol=protocol, fast_reset=True, out=str(out)))
     assert worker.convention_kwargs()["image_resize"] == resize

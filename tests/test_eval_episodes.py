@@ -1,6 +1,6 @@
 """The episode set and its `--shard i/n` partition."""
 import pytest
-from oxygen_gym.eval.episodes import (
+from oxygen_gym.eval.libero.episode_set import (
     SUITES,
     EpisodeSpec,
     build_episode_set,

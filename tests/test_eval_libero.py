@@ -8,7 +8,7 @@ import time
 
 import pytest
 from oxygen_gym.eval.cli import main
-from oxygen_gym.eval.results import read_records
+from oxygen_gym.eval.libero.results import read_records
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 

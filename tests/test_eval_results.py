@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import pytest
-from oxygen_gym.eval.merge import merge_folders
-from oxygen_gym.eval.results import ResultsError, ResultsFolder, read_records
-from oxygen_gym.eval.summary import summarize, write_summary
+from oxygen_gym.eval.libero.merge import merge_folders
+from oxygen_gym.eval.libero.results import ResultsError, ResultsFolder, read_records
+from oxygen_gym.eval.libero.summary import summarize, write_summary
 
 
 def rec(suite="libero_spatial", task=0, seed=7, ep=0, success=True, status="ok", **kw):
@@ -32,7 +32,7 @@ def test_append_then_resume_skips_finished(tmp_path):
 # only the first half (a short write, as on a full disk or an interrupted call), and waits there to be killed.
 KILLED_WRITER = r"""
 import json, os, sys, time
-from oxygen_gym.eval.results import ResultsFolder
+from oxygen_gym.eval.libero.results import ResultsFolder
 
 out, records = sys.argv[1], json.loads(sys.argv[2])
 with ResultsFolder(out) as f:
@@ -185,7 +185,7 @@ def test_merge_combines_and_refuses_duplicates_and_mismatches(tmp_path):
 
 
 def test_progress_counts_resumed_episodes_and_shows_the_running_success_rate(capsys):
-    from oxygen_gym.eval.progress import EvalProgress
+    from oxygen_gym.eval.libero.progress import EvalProgress
 
     with EvalProgress(total=4, done_records=[rec(ep=0)]) as bar:
         bar.update(rec(ep=1, success=False))

@@ -2,7 +2,7 @@
 import math
 
 import pytest
-from oxygen_gym.eval.stats import percentiles, t_interval
+from oxygen_gym.eval.libero.summary_stats import percentiles, t_interval
 
 
 def test_ten_seed_rates_against_a_hand_computed_interval():

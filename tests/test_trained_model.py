@@ -9,9 +9,9 @@ import pytest
 import oxygen_gym.envs  # noqa: F401
 from oxygen_gym import LanguageTask, MultiTaskPolicy
 from oxygen_gym.envs import run_episode
-from oxygen_gym.eval.episodes import EpisodeSpec
-from oxygen_gym.eval.narration import narration_accuracy, training_info
-from oxygen_gym.eval.worker import policy_seed
+from oxygen_gym.eval.libero.episode_set import EpisodeSpec
+from oxygen_gym.eval.libero.narration import narration_accuracy, training_info
+from oxygen_gym.eval.libero.worker import policy_seed
 from oxygen_gym.model.trained import trained_model_dir
 
 HELD_OUT_INIT_STATE = 35
@@ -31,7 +31,7 @@ def _episode(policy, init_state: int):
     env = gym.make("oxygen_gym/LIBERO-v0", suite="libero_spatial", task_id=0, fast_render=True, fast_reset=True,
                    label_subtasks=True)
     try:
-        # the action-noise seed eval and `make demo` use for this episode (eval/worker.py), so all three agree
+        # the action-noise seed eval and `make demo` use for this episode (eval/libero/worker.py), so all three agree
         policy.reset(seed=policy_seed(EpisodeSpec("libero_spatial", 0, 7, init_state)))
         return run_episode(env, policy, seed=7, init_state=init_state)
     finally:

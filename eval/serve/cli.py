@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def build_policy(args: argparse.Namespace):
     """The template policy every robot session copies (its model, tokenizer, robot conventions and tasks)."""
     from oxygen_gym import LanguageTask, MultiTaskPolicy
-    from oxygen_gym.eval.config import parse_decode_budget, parse_language_task
+    from oxygen_gym.eval.libero.eval_config import parse_decode_budget, parse_language_task
 
     names = [] if args.no_language else (args.language_task or ["narrate"])
     tasks = [LanguageTask(**parse_language_task(n, args.max_new_tokens, args.every)) for n in names]

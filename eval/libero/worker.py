@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .config import EvalConfig
-from .episodes import EpisodeSpec
+from .eval_config import EvalConfig
+from .episode_set import EpisodeSpec
 
 VIDEO_DIR = "videos"
 _DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}

@@ -11,8 +11,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from .config import RESULT_FIELDS
-from .episodes import build_episode_set, record_key
+from .eval_config import RESULT_FIELDS
+from .episode_set import build_episode_set, record_key
 from .results import CONFIG_FILE, EPISODES_FILE, ResultsError, ResultsFolder, read_records
 from .summary import write_summary
 

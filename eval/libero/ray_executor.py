@@ -12,9 +12,9 @@ import traceback
 from collections import deque
 from collections.abc import Iterator
 
-from .config import EvalConfig
-from .episodes import EpisodeSpec
-from .runner import Executor
+from .eval_config import EvalConfig
+from .episode_set import EpisodeSpec
+from .eval_loop import Executor
 from .worker import EpisodeWorker, error_record
 
 _FORWARDED_ENV = ("MUJOCO_GL", "PYOPENGL_PLATFORM", "OMP_NUM_THREADS")

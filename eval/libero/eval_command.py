@@ -14,8 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .config import MODES, PROTOCOLS, EvalConfig, parse_decode_budget, parse_language_task, parse_video
-from .episodes import check_episodes, parse_init_states, parse_seeds, parse_shard, parse_suites, parse_tasks
+from .eval_config import MODES, PROTOCOLS, EvalConfig, parse_decode_budget, parse_language_task, parse_video
+from .episode_set import check_episodes, parse_init_states, parse_seeds, parse_shard, parse_suites, parse_tasks
 from .results import ResultsError
 from .summary import SUMMARY_MD
 
@@ -66,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--out", default=None,
                    help="results folder; rerunning with the same one resumes (default runs/eval)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    from .inspect import add_policy_arguments
+    from ..inspect import add_policy_arguments
 
     add_policy_arguments(parser)
     g = parser.add_argument_group("scale-out")
@@ -108,7 +108,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
 
 def convention_fields(args: argparse.Namespace) -> dict:
     """EvalConfig's checkpoint-convention fields from the shared flags (eval/inspect.py)."""
-    from .inspect import policy_kwargs
+    from ..inspect import policy_kwargs
 
     kw = policy_kwargs(args)
     return {k: kw.get(k) for k in ("tokenizer", "norm_stats", "asset_id", "camera_map", "discrete_state",
@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         if args.inputs:
             raise ValueError(f"eval libero: unexpected arguments {args.inputs}")
         config = config_from_args(args)
-        from .runner import local_executor, run_eval
+        from .eval_loop import local_executor, run_eval
 
         executor = local_executor
         if args.ray is not None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
-from .config import RESULT_FIELDS, EvalConfig
-from .episodes import EpisodeSpec, build_episode_set, record_key, shard
+from .eval_config import RESULT_FIELDS, EvalConfig
+from .episode_set import EpisodeSpec, build_episode_set, record_key, shard
 from .progress import EvalProgress
 from .results import ResultsError, ResultsFolder
 from .summary import write_summary

@@ -12,9 +12,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-from .episodes import SUITES
+from .episode_set import SUITES
 from .results import write_json_atomic, write_text_atomic
-from .stats import percentiles, t_interval
+from .summary_stats import percentiles, t_interval
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
@@ -72,7 +72,7 @@ def _held_out_split(ok: list[dict]) -> dict | None:
 
 
 def _narration(ok: list[dict]) -> dict | None:
-    """Narration accuracy pooled over every labelled frame of every episode (eval/narration.py)."""
+    """Narration accuracy pooled over every labelled frame of every episode (eval/libero/narration.py)."""
     accs = [r["narration_accuracy"] for r in ok if r.get("narration_accuracy")]
     if not accs:
         return None
@@ -168,7 +168,7 @@ def render_markdown(summary: dict) -> str:
     narr = summary.get("narration")
     if narr:
         lines += ["", f"Narration names the current subtask on {_pct(narr['accuracy'])} of {narr['frames']} labelled "
-                      f"frames ({narr['episodes']} episodes; labels from sim state, eval/narration.py)."]
+                      f"frames ({narr['episodes']} episodes; labels from sim state, eval/libero/narration.py)."]
     sp = summary["speed"]
     lines += ["", "| speed | p5 | p50 | p95 | mean |", "| --- | --- | --- | --- | --- |"]
     for label, key in (("action Hz", "action_hz"), ("language tokens/s", "language_tokens_per_s"),

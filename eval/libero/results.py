@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .episodes import record_key
+from .episode_set import record_key
 
 EPISODES_FILE = "episodes.jsonl"
 CONFIG_FILE = "config.json"
