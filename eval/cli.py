@@ -10,7 +10,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("oxygen_gym.eval.demo", "one closed-loop LIBERO episode with the built-in model: video + timing report"),
     "eval": ("oxygen_gym.eval.libero.eval_command", "closed-loop LIBERO evaluation (resumable, sharded, Ray)"),
     "bench": ("oxygen_gym.eval.bench.cli", "side-by-side speed benchmarks of every execution mode (`bench serve`: the server under load)"),
-    "serve": ("oxygen_gym.eval.serve.cli", "serve a policy over websockets (openpi-compatible)"),
+    "serve": ("oxygen_gym.serve.serve_command", "serve a policy over websockets (openpi-compatible)"),
     "inspect": ("oxygen_gym.eval.inspect", "what a policy will feed a checkpoint: cameras, normalisation, prompt, chunk"),
     "collect": ("oxygen_gym.eval.collect.cli", "scripted LIBERO demonstrations with subtask labels, in LIBERO's HDF5 layout"),
     "train": ("oxygen_gym.eval.train.cli", "train a pi0.5 config on demonstrations (flow matching + language), resumable"),

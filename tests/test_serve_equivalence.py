@@ -1,6 +1,6 @@
 """Serving many robots through one batched engine gives every robot what it gets served alone.
 
-Three LIBERO robots act through server sessions (eval/serve/engine.py) sharing one BatchScheduler, from threads, so
+Three LIBERO robots act through server sessions (serve/batch_loop.py) sharing one BatchScheduler, from threads, so
 their frames meet in batches; one robot sits out every other step, so batches also run without it while its language
 requests are in flight. Each robot's actions must match a lone `MultiTaskPolicy.act` on its own observations to fp32
 rounding (the mode-equivalence tolerance) and its language updates (ids, frames, tokens, done) must be identical,
@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from oxygen_gym import LanguageTask, MultiTaskPolicy
-from oxygen_gym.eval.serve.engine import SessionEngine, session_policy
-from oxygen_gym.eval.serve.server import PolicyServer, ServeConfig
+from oxygen_gym.serve.batch_loop import SessionEngine, session_policy
+from oxygen_gym.serve.server import PolicyServer, ServeConfig
 from policy_obs import make_obs
 
 ACTION_ATOL = 1e-5  # as tests/test_engine_equivalence.py

@@ -67,7 +67,7 @@ def _load() -> list[float]:
 
 async def _measure(args: argparse.Namespace, servers: dict, deadline: float) -> list[dict]:
     from .serve_load import Robot, RobotLog, openpi_observation, run_round
-    from oxygen_gym.eval.serve import wire
+    from oxygen_gym.serve import wire
 
     points = []
     rng = np.random.default_rng(0)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from oxygen_gym.eval.serve import wire
+from oxygen_gym.serve import wire
 
 LISTENING = re.compile(r"listening on ws://[^:]+:(\d+)")
 
@@ -75,7 +75,7 @@ def _drain(proc: subprocess.Popen) -> None:
 
 
 def openpi_observation(robot: str, rng: np.random.Generator, prompt: str) -> dict:
-    """An observation with the keys openpi's example loops send for `robot` (eval/serve/observations.py)."""
+    """An observation with the keys openpi's example loops send for `robot` (serve/observations.py)."""
     img = lambda: rng.integers(0, 256, (224, 224, 3), dtype=np.uint8)  # noqa: E731
     if robot == "libero":
         return {"observation/image": img(), "observation/wrist_image": img(),

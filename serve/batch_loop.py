@@ -1,4 +1,5 @@
-"""The serving engine loop: one thread owns the BatchScheduler; every robot's frames queue here and run in batches.
+"""The serving loop over the batch scheduler (not an engine of its own): one thread owns the BatchScheduler; every
+robot's frames queue here and run in batches.
 
 A robot session is a `MultiTaskPolicy` whose engine is a `SessionEngine`: its `act()` does everything a lone policy
 does (observation checks, prompt, per-frame noise, language requests, text deltas, stats) and hands the frame to

@@ -31,7 +31,7 @@ from oxygen_gym.engine.slots import SlotPool
 from oxygen_gym.policies.inputs import ObservationError
 
 from . import wire
-from .engine import EngineLoop, SessionEngine, session_policy
+from .batch_loop import EngineLoop, SessionEngine, session_policy
 from .observations import ObservationKeyError, to_policy_obs
 
 log = logging.getLogger("oxygen_gym.serve")
