@@ -12,8 +12,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("oxygen_gym.eval.bench.cli", "side-by-side speed benchmarks of every execution mode (`bench serve`: the server under load)"),
     "serve": ("oxygen_gym.serve.serve_command", "serve a policy over websockets (openpi-compatible)"),
     "inspect": ("oxygen_gym.eval.inspect", "what a policy will feed a checkpoint: cameras, normalisation, prompt, chunk"),
-    "collect": ("oxygen_gym.eval.collect.cli", "scripted LIBERO demonstrations with subtask labels, in LIBERO's HDF5 layout"),
-    "train": ("oxygen_gym.eval.train.cli", "train a pi0.5 config on demonstrations (flow matching + language), resumable"),
+    "collect": ("oxygen_gym.train.collect.collect_command", "scripted LIBERO demonstrations with subtask labels, in LIBERO's HDF5 layout"),
+    "train": ("oxygen_gym.train.train_command", "train a pi0.5 config on demonstrations (flow matching + language), resumable"),
 }
 
 # `oxygen-gym bench serve ...`: a second word that selects its own module (same add_arguments/run interface).

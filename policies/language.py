@@ -33,7 +33,7 @@ class LanguageTask:
 
 def task_prompt_ids(tokenizer, prompt: str) -> list[int]:
     """A language task's prompt as it continues the shared prefix: a leading space, the prompt, a newline.
-    The trainer (eval/train) builds its language targets with this same function."""
+    The trainer (train/dataset.py) builds its language targets with this same function."""
     return tokenizer.encode(" " + prompt.strip() + "\n")
 
 

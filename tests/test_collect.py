@@ -8,9 +8,9 @@ import h5py
 import numpy as np
 import pytest
 
-from oxygen_gym.eval.collect import CollectConfig, collect, read_demos
-from oxygen_gym.eval.collect.cli import parse_range
-from oxygen_gym.eval.collect.runner import task_file
+from oxygen_gym.train.collect import CollectConfig, collect, read_demos
+from oxygen_gym.train.collect.collect_command import parse_range
+from oxygen_gym.train.collect.collector import task_file
 
 
 @pytest.mark.timeout(900)  # ~40 s on an idle 2-core machine (one ~110-step episode); far slower under load

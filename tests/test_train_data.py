@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from oxygen_gym.eval.collect.libero_hdf5 import Demo, read_demos, write_demo
-from oxygen_gym.eval.train.dataset import DemoDataset, compute_norm_stats
-from oxygen_gym.eval.train.trainer import TrainConfig, train
+from oxygen_gym.train.collect.libero_hdf5 import Demo, read_demos, write_demo
+from oxygen_gym.train.dataset import DemoDataset, compute_norm_stats
+from oxygen_gym.train.trainer import TrainConfig, train
 from oxygen_gym.model import PI05Config, build_model, builtin_tokenizer
 from oxygen_gym.policies.inputs import build_prefix_inputs
 from oxygen_gym.policies.language import task_prompt_ids

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .runner import CollectConfig, collect
+from .collector import CollectConfig, collect
 
 
 def parse_range(text: str, name: str) -> tuple[int, ...]:

@@ -16,7 +16,7 @@ from oxygen_gym.model.training import TrainBatch
 from oxygen_gym.policies.language import task_prompt_ids
 from oxygen_gym.policies.normalize import QuantileNormalizer
 
-from ..collect.libero_hdf5 import Demo, demo_names, read_demos
+from .collect.libero_hdf5 import Demo, demo_names, read_demos
 
 LIBERO_SLOTS = ("base_0_rgb", "left_wrist_0_rgb")  # policies/robots.py: libero base -> base, wrist -> left wrist
 

@@ -1,6 +1,6 @@
 """Scripted demonstrations: `oxygen-gym collect libero` runs a privileged-state expert and writes successful
 episodes, with a subtask label per step, in LIBERO's own HDF5 demo layout (libero_hdf5.py)."""
 from .libero_hdf5 import Demo, read_demos, write_demo
-from .runner import CollectConfig, EpisodeKey, collect
+from .collector import CollectConfig, EpisodeKey, collect
 
 __all__ = ["CollectConfig", "Demo", "EpisodeKey", "collect", "read_demos", "write_demo"]

@@ -20,7 +20,7 @@ from oxygen_gym.model.tokenizer import tokenizer_for
 from oxygen_gym.model.training import losses
 
 from .dataset import DemoDataset, compute_norm_stats, load_demos
-from .plot import plot_losses
+from .loss_plot import plot_losses
 
 # The narration task the shipped model is trained for (and the demo runs): its prompt continues the shared prefix.
 NARRATE_PROMPT = "What is the robot doing?"
@@ -91,7 +91,7 @@ def _dataset_info(data: str, demos) -> dict:
     manifest = Path(data) / "dataset.json"
     collect = json.loads(manifest.read_text())["config"] if manifest.is_file() else {}
     if collect:  # settings a collection's manifest predates take their defaults
-        from ..collect.runner import CollectConfig
+        from .collect.collector import CollectConfig
 
         collect = {**CollectConfig().to_json(), **collect}
     return {"path": str(data), "demos": len(demos), "steps": int(sum(len(d) for d in demos)),

@@ -181,7 +181,7 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
     pending = [k for k in cfg.episodes() if k.name not in attempted]
     all_inits = sorted(set(cfg.init_states) | set(json.loads(manifest.read_text())["init_states"] if manifest.is_file() else []))
     manifest.write_text(json.dumps({"config": cfg.to_json(), "init_states": all_inits, "tasks": sorted(set(cfg.tasks)),
-                                    "format": "LIBERO HDF5 (eval/collect/libero_hdf5.py)"}, indent=1))
+                                    "format": "LIBERO HDF5 (train/collect/libero_hdf5.py)"}, indent=1))
     counts = {"attempted_before": len(attempted), "ran": 0, "kept": 0, "failed": 0}
     if not pending:
         return counts
