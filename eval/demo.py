@@ -63,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "demonstrations were rendered so)")
     parser.add_argument("--fast-reset", action="store_true", default=None,
                         help="LIBERO soft reset (faster; not the references'; the default for a trained model)")
-    from .inspect import add_policy_arguments
+    from oxygen_gym.policies.checkpoints.report import add_policy_arguments
 
     add_policy_arguments(parser)
     parser.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")

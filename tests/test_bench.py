@@ -16,11 +16,11 @@ import torch
 from engine_workloads import make_workload, run_workload
 from oxygen_gym.engine.cuda_graphs import _DecodeGraph, _DenoiseGraph, decode_buckets
 from oxygen_gym.engine.slots import SlotPool
-from oxygen_gym.eval.bench import cli
-from oxygen_gym.eval.bench.config import BenchConfig, BenchConfigError
+from oxygen_gym.eval.bench import bench_command as cli
+from oxygen_gym.eval.bench.sweep_config import BenchConfig, BenchConfigError
 from oxygen_gym.eval.bench.ideal import estimate, point_ideal
 from oxygen_gym.eval.bench.records import ALL_MODES, FrameRecord, Point
-from oxygen_gym.eval.bench.runner import pool_args
+from oxygen_gym.eval.bench.point_runner import pool_args
 from oxygen_gym.eval.bench.sweep import run_bench
 from oxygen_gym.eval.bench.workloads import Arrivals, WorkloadError, make_observations, peak_in_flight
 from oxygen_gym.model import cpu_kernels

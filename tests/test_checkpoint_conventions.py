@@ -342,7 +342,7 @@ def test_tokenizer_search_order_and_error_lists_every_place(tmp_path, monkeypatc
 
 
 def test_inspect_prints_what_the_policy_will_feed(lerobot04, capsys):
-    from oxygen_gym.eval.cli import main
+    from oxygen_gym.cli import main
 
     assert main(["inspect", str(lerobot04), "--robot", "libero"]) == 0
     out = capsys.readouterr().out

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from checkpoint_layouts import feature_stats, tiny_model, write_lerobot
 
-from oxygen_gym.eval.cli import main
+from oxygen_gym.cli import main
 
 
 def test_convention_flags_reach_the_eval_config(tmp_path):

@@ -1,6 +1,6 @@
 """`oxygen-gym eval` / `demo` argument checking: bad input is one clear line naming the flag, exit status 2."""
 import pytest
-from oxygen_gym.eval.cli import main
+from oxygen_gym.cli import main
 
 
 @pytest.mark.parametrize("argv, flag", [

@@ -3,7 +3,7 @@ import json
 from pathlib import Path
 
 import pytest
-from oxygen_gym.eval.cli import main
+from oxygen_gym.cli import main
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 

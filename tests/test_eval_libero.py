@@ -7,7 +7,7 @@ import sys
 import time
 
 import pytest
-from oxygen_gym.eval.cli import main
+from oxygen_gym.cli import main
 from oxygen_gym.eval.libero.results import read_records
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -57,7 +57,7 @@ def test_two_episode_tiny_eval_writes_results_and_summary(tmp_path, capsys):
 
 def test_sigkill_after_first_episode_then_resume_runs_each_once(tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "oxygen_gym.eval.cli", *eval_argv(out, episodes=3, max_steps=5)]
+    cmd = [sys.executable, "-m", "oxygen_gym.cli", *eval_argv(out, episodes=3, max_steps=5)]
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     path = out / "episodes.jsonl"

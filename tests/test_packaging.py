@@ -49,7 +49,7 @@ def test_wheel_has_nothing_generic_at_top_level(tmp_path):
 
 
 def test_cli_unknown_and_missing_subcommands(capsys):
-    from oxygen_gym.eval.cli import main
+    from oxygen_gym.cli import main
 
     assert main(["frobnicate"]) == 2
     assert "unknown command" in capsys.readouterr().err

@@ -89,7 +89,7 @@ def kernels() -> None:
     from engine_workloads import make_workload, run_workload
     from oxygen_gym.engine.cuda_graphs import _DecodeGraph, _DenoiseGraph
     from oxygen_gym.engine.slots import SlotPool
-    from oxygen_gym.eval.bench.runner import pool_args
+    from oxygen_gym.eval.bench.point_runner import pool_args
     from oxygen_gym.eval.bench.workloads import make_observations
     from oxygen_gym.model import cpu_kernels
     from oxygen_gym.model.init import build_model

@@ -16,7 +16,7 @@ from oxygen_gym.engine.slots import SlotPool
 from oxygen_gym.model import cpu_kernels
 from oxygen_gym.model.pi05 import PI05Model
 
-from .runner import pool_args
+from .point_runner import pool_args
 from .workloads import ObservationSet
 
 DEFAULT_BATCHES = (1, 2, 4, 6, 8, 16, 30)

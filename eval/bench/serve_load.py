@@ -45,7 +45,7 @@ class ServerProcess:
 def start_server(name: str, args: list[str], *, threads: int, max_seconds: float, startup_s: float = 600) -> ServerProcess:
     """`oxygen-gym serve ARGS --port 0` in a subprocess with `threads` torch threads; waits for its port."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
-    cmd = [sys.executable, "-m", "oxygen_gym.eval.cli", "serve", *args, "--host", "127.0.0.1", "--port", "0",
+    cmd = [sys.executable, "-m", "oxygen_gym.cli", "serve", *args, "--host", "127.0.0.1", "--port", "0",
            "--threads", str(threads), "--max-seconds", str(max_seconds)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     lines: list[str] = []

@@ -18,11 +18,11 @@ from tqdm import tqdm
 from oxygen_gym.model import cpu_kernels
 from oxygen_gym.model.init import build_model, count_parameters
 
-from . import calibrate, ideal, metrics, plots, report, soak, targets
-from .config import BenchConfig
+from . import bench_report, calibrate, ideal, metrics, plots, soak, targets
+from .sweep_config import BenchConfig
 from .energy import open_meter
 from .records import K_MODES, FrameRecord, Point
-from .runner import Engines, PointRun, run_interleaved
+from .point_runner import Engines, PointRun, run_interleaved
 from .workloads import Arrivals, make_observations, peak_in_flight
 
 ENV_KEYS = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "GOMP_SPINCOUNT", "CUDA_VISIBLE_DEVICES")
@@ -217,7 +217,7 @@ class Bench:
             self.results["plots"] = plots.draw_all(self.results, self.out / "plots")
         with open(self.out / "results.json", "w") as f:
             json.dump(_clean(self.results), f, indent=1)
-        (self.out / "results.md").write_text(report.markdown(_clean(self.results)))
+        (self.out / "results.md").write_text(bench_report.markdown(_clean(self.results)))
         if final:
             with open(self.out / "frames.jsonl", "w") as f:
                 for _, p, recs, _, _ in self.runs:
@@ -238,6 +238,6 @@ def render(out: Path) -> int:
     results = json.loads(path.read_text())
     results["plots"] = plots.draw_all(results, Path(out) / "plots")
     path.write_text(json.dumps(_clean(results), indent=1))
-    (Path(out) / "results.md").write_text(report.markdown(results))
+    (Path(out) / "results.md").write_text(bench_report.markdown(results))
     print((Path(out) / "results.md").read_text())
     return 0

@@ -66,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--out", default=None,
                    help="results folder; rerunning with the same one resumes (default runs/eval)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    from ..inspect import add_policy_arguments
+    from oxygen_gym.policies.checkpoints.report import add_policy_arguments
 
     add_policy_arguments(parser)
     g = parser.add_argument_group("scale-out")
@@ -107,8 +107,8 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
 
 
 def convention_fields(args: argparse.Namespace) -> dict:
-    """EvalConfig's checkpoint-convention fields from the shared flags (eval/inspect.py)."""
-    from ..inspect import policy_kwargs
+    """EvalConfig's checkpoint-convention fields from the shared flags (policies/checkpoints/report.py)."""
+    from oxygen_gym.policies.checkpoints.report import policy_kwargs
 
     kw = policy_kwargs(args)
     return {k: kw.get(k) for k in ("tokenizer", "norm_stats", "asset_id", "camera_map", "discrete_state",

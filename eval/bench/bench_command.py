@@ -10,7 +10,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from .config import KERNELS, PRESETS, BenchConfig, BenchConfigError, with_preset
+from .sweep_config import KERNELS, PRESETS, BenchConfig, BenchConfigError, with_preset
 from .records import ALL_MODES
 
 

@@ -1,5 +1,5 @@
-"""The `oxygen-gym` command line. Each subcommand lives in its own module exposing
-`add_arguments(parser)` and `run(args) -> int`; a subcommand whose module is not there says so and exits 2."""
+"""The `oxygen-gym` command line: wiring only. Each subcommand is implemented by the module named in the table below,
+which exposes `add_arguments(parser)` and `run(args) -> int`; a subcommand whose module is not there says so and exits 2."""
 from __future__ import annotations
 
 import argparse
@@ -9,16 +9,16 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("oxygen_gym.eval.demo", "one closed-loop LIBERO episode with the built-in model: video + timing report"),
     "eval": ("oxygen_gym.eval.libero.eval_command", "closed-loop LIBERO evaluation (resumable, sharded, Ray)"),
-    "bench": ("oxygen_gym.eval.bench.cli", "side-by-side speed benchmarks of every execution mode (`bench serve`: the server under load)"),
+    "bench": ("oxygen_gym.eval.bench.bench_command", "side-by-side speed benchmarks of every execution mode (`bench serve`: the server under load)"),
     "serve": ("oxygen_gym.serve.serve_command", "serve a policy over websockets (openpi-compatible)"),
-    "inspect": ("oxygen_gym.eval.inspect", "what a policy will feed a checkpoint: cameras, normalisation, prompt, chunk"),
+    "inspect": ("oxygen_gym.policies.checkpoints.report", "what a policy will feed a checkpoint: cameras, normalisation, prompt, chunk"),
     "collect": ("oxygen_gym.train.collect.collect_command", "scripted LIBERO demonstrations with subtask labels, in LIBERO's HDF5 layout"),
     "train": ("oxygen_gym.train.train_command", "train a pi0.5 config on demonstrations (flow matching + language), resumable"),
 }
 
 # `oxygen-gym bench serve ...`: a second word that selects its own module (same add_arguments/run interface).
 NESTED: dict[tuple[str, str], tuple[str, str]] = {
-    ("bench", "serve"): ("oxygen_gym.eval.bench.serve_cli", "the policy server under load: batched vs one robot at a time"),
+    ("bench", "serve"): ("oxygen_gym.eval.bench.serve_bench_command", "the policy server under load: batched vs one robot at a time"),
 }
 
 
