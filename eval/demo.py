@@ -12,11 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-from .libero.eval_config import MODES, PROTOCOLS, EvalConfig, parse_decode_budget, parse_language_task
+from oxygen_gym.policies.checkpoints.overrides import ConventionOverrides
+
+from .libero.eval_config import CONVENTION_FIELDS, MODES, PROTOCOLS, EvalConfig, parse_decode_budget, parse_language_task
 from .libero.episode_set import INIT_STATES_PER_TASK, TASKS_PER_SUITE, EpisodeSpec, parse_suites
 from .libero.results import write_json_atomic, write_text_atomic
 from .libero.summary_stats import percentiles
-from .libero.eval_command import convention_fields
 from .libero.worker import EpisodeWorker
 
 # Policy steps (after the protocol's settle steps) the demo runs by default with a built-in model. Measured on the
@@ -63,9 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "demonstrations were rendered so)")
     parser.add_argument("--fast-reset", action="store_true", default=None,
                         help="LIBERO soft reset (faster; not the references'; the default for a trained model)")
-    from oxygen_gym.policies.checkpoints.report import add_policy_arguments
-
-    add_policy_arguments(parser)
+    ConventionOverrides.add_arguments(parser)
     parser.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
 
 
@@ -114,7 +113,7 @@ def _config(args: argparse.Namespace) -> tuple[EvalConfig, EpisodeSpec]:
         protocol=args.protocol,
         max_steps=max_steps or None, fast_render=args.fast_render, suites=[suite], tasks=[args.task_id],
         episodes=args.init_state + 1, seeds=[seed], device=args.device, video="all", out=args.out,
-        fast_reset=args.fast_reset, **convention_fields(args),
+        fast_reset=args.fast_reset, **ConventionOverrides.from_args(args).as_kwargs(CONVENTION_FIELDS),
     )
     return cfg, EpisodeSpec(suite, args.task_id, seed, args.init_state)
 

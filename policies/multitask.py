@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -22,6 +23,9 @@ from . import normalize
 from .inputs import build_prefix_inputs, check_observation
 from .language import LanguageTask, LanguageUpdate, TextStream, task_prompt_ids
 from .robots import RobotSpec, get_robot
+
+if TYPE_CHECKING:
+    from .checkpoints import ConventionOverrides
 
 POLICY_MODES = ("oxygen", "shared", "isolated", "parallel", "upper_bound")
 
@@ -156,27 +160,26 @@ class MultiTaskPolicy:
 
         from oxygen_gym.model.init import default_dtype
 
-        from .checkpoints import CheckpointGuessWarning, resolve_conventions
+        from .checkpoints import CheckpointGuessWarning, ConventionOverrides, resolve_conventions
 
         if mode not in POLICY_MODES:
             raise ValueError(f"mode: unknown mode {mode!r}; expected one of {POLICY_MODES}")
         robot_spec = robot if isinstance(robot, RobotSpec) else get_robot(robot)
+        overrides = ConventionOverrides(
+            tokenizer=tokenizer, norm_stats=norm_stats, asset_id=asset_id, camera_map=camera_map,
+            discrete_state=discrete_state, action_horizon=action_horizon, family=family, image_resize=image_resize,
+            revision=revision,
+        )
         dev = torch.device(device)
         dtype = dtype or default_dtype(dev)
         if isinstance(name_or_path, str) and name_or_path in BUILTIN:
             return cls._builtin(
-                name_or_path, robot_spec, dev, dtype, seed=seed, tokenizer=tokenizer, norm_stats=norm_stats,
-                camera_map=camera_map, discrete_state=discrete_state, action_horizon=action_horizon,
-                image_resize=image_resize, tasks=tasks, decode_budget=decode_budget, target_action_hz=target_action_hz,
-                language_deadline_s=language_deadline_s, mode=mode, **kwargs,
+                name_or_path, robot_spec, dev, dtype, overrides, seed=seed, tasks=tasks, decode_budget=decode_budget,
+                target_action_hz=target_action_hz, language_deadline_s=language_deadline_s, mode=mode, **kwargs,
             )
         from oxygen_gym.model.loading import load_pretrained
 
-        conv = resolve_conventions(
-            name_or_path, robot_spec, tokenizer=tokenizer, norm_stats=norm_stats, asset_id=asset_id,
-            camera_map=camera_map, discrete_state=discrete_state, action_horizon=action_horizon, family=family,
-            image_resize=image_resize, revision=revision,
-        )
+        conv = resolve_conventions(name_or_path, robot_spec, overrides)
         for message in conv.warnings:
             warnings.warn(f"{conv.root.name}: {message}", CheckpointGuessWarning, stacklevel=2)
         model = load_pretrained(conv.root, config=conv.config, device=dev, dtype=dtype, asset_id=conv.asset_id)
@@ -191,28 +194,27 @@ class MultiTaskPolicy:
         return policy
 
     @classmethod
-    def _builtin(cls, name: str, robot: RobotSpec, dev, dtype, *, seed: int, tokenizer, norm_stats, camera_map,
-                 discrete_state, action_horizon, image_resize, **kwargs) -> "MultiTaskPolicy":
-        """A random-weight built-in model: the robot's slots and horizon, no statistics unless given."""
+    def _builtin(cls, name: str, robot: RobotSpec, dev, dtype, overrides: ConventionOverrides, *, seed: int,
+                 **kwargs) -> "MultiTaskPolicy":
+        """A random-weight built-in model: the robot's slots and horizon, no statistics unless given. Of the
+        overrides (already validated), the ones a built-in has use for apply; asset_id, family, revision do not."""
         from oxygen_gym.model.init import build_model
         from oxygen_gym.model.tokenizer import find_tokenizer
 
         from .checkpoints import map_cameras
         from .checkpoints.resolve import _stats
 
+        o = overrides
         cfg = PI05Config.named(name)
-        if discrete_state is not None:
-            cfg = PI05Config(**{**cfg.to_dict(), "discrete_state": bool(discrete_state)})
-        if action_horizon is not None and (isinstance(action_horizon, bool) or not isinstance(action_horizon, int)
-                                           or action_horizon < 1):
-            raise ValueError(f"action_horizon must be a positive int or None, got {action_horizon!r}")
-        slots = map_cameras(robot, cfg.image_slots, camera_map)[0] if camera_map is not None else None
-        stats = _stats(Path("."), "ours", norm_stats, None)[0] if norm_stats is not None else None
-        tok = find_tokenizer(cfg.vocab_size, None, tokenizer)[0]
+        if o.discrete_state is not None:
+            cfg = PI05Config(**{**cfg.to_dict(), "discrete_state": bool(o.discrete_state)})
+        slots = map_cameras(robot, cfg.image_slots, o.camera_map)[0] if o.camera_map is not None else None
+        stats = _stats(Path("."), "ours", o.norm_stats, None)[0] if o.norm_stats is not None else None
+        tok = find_tokenizer(cfg.vocab_size, None, o.tokenizer)[0]
         model = build_model(cfg, seed=seed, device=dev, dtype=dtype)
-        kwargs.setdefault("action_horizon", action_horizon)
+        kwargs.setdefault("action_horizon", o.action_horizon)
         return cls(model, tok, robot=robot, seed=seed, norm_stats=stats, camera_slots=slots,
-                   image_resize=image_resize or "pil", **kwargs)
+                   image_resize=o.image_resize or "pil", **kwargs)
 
     # ------------------------------------------------------------------ the loop
     def model_inputs(self, obs: dict):

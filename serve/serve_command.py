@@ -11,6 +11,10 @@ import logging
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from oxygen_gym import MultiTaskPolicy
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,12 +42,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch intra-op threads; size it to the cores the server really has beside its clients")
     parser.add_argument("--max-seconds", type=float, default=None, help="stop by itself after this long")
+    from oxygen_gym.policies.checkpoints.overrides import ConventionOverrides
+
+    ConventionOverrides.add_arguments(parser)
 
 
-def build_policy(args: argparse.Namespace):
+def build_policy(args: argparse.Namespace) -> MultiTaskPolicy:
     """The template policy every robot session copies (its model, tokenizer, robot conventions and tasks)."""
     from oxygen_gym import LanguageTask, MultiTaskPolicy
     from oxygen_gym.eval.libero.eval_config import parse_decode_budget, parse_language_task
+    from oxygen_gym.policies.checkpoints.overrides import ConventionOverrides
 
     names = [] if args.no_language else (args.language_task or ["narrate"])
     tasks = [LanguageTask(**parse_language_task(n, args.max_new_tokens, args.every)) for n in names]
@@ -51,6 +59,7 @@ def build_policy(args: argparse.Namespace):
     return MultiTaskPolicy.from_pretrained(
         args.checkpoint, robot=args.robot, tasks=tasks, decode_budget=budget, target_action_hz=args.target_action_hz,
         mode="oxygen", device=args.device, seed=args.seed, num_slots=1,
+        **ConventionOverrides.from_args(args).as_kwargs(),
     )
 
 

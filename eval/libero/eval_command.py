@@ -14,7 +14,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from .eval_config import MODES, PROTOCOLS, EvalConfig, parse_decode_budget, parse_language_task, parse_video
+from oxygen_gym.policies.checkpoints.overrides import ConventionOverrides
+
+from .eval_config import (
+    CONVENTION_FIELDS,
+    DTYPES,
+    MODES,
+    PROTOCOLS,
+    EvalConfig,
+    parse_decode_budget,
+    parse_language_task,
+    parse_video,
+)
 from .episode_set import check_episodes, parse_init_states, parse_seeds, parse_shard, parse_suites, parse_tasks
 from .results import ResultsError
 from .summary import SUMMARY_MD
@@ -51,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="a language task run alongside the actions; repeatable (named: narrate, plan, memory)")
     g.add_argument("--max-new-tokens", type=int, default=30, help="token cap per language request (default 30)")
     g.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
-    g.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
+    g.add_argument("--dtype", default=None, choices=DTYPES,
                    help="model dtype (default: float32 on CPU, bfloat16 on CUDA)")
     g = parser.add_argument_group("protocol and outputs")
     g.add_argument("--protocol", choices=PROTOCOLS, default="openpi",
@@ -66,9 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--out", default=None,
                    help="results folder; rerunning with the same one resumes (default runs/eval)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    from oxygen_gym.policies.checkpoints.report import add_policy_arguments
-
-    add_policy_arguments(parser)
+    ConventionOverrides.add_arguments(parser)
     g = parser.add_argument_group("scale-out")
     g.add_argument("--shard", default=None, metavar="I/N",
                    help="run only shard I of N of the episode set (deterministic; for SLURM arrays, several machines)")
@@ -102,17 +111,8 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         tasks=parse_tasks(args.tasks),
         episodes=episodes, init_states=parse_init_states(args.init_states), seeds=seeds, shard=parse_shard(args.shard), device=args.device,
         video=parse_video(args.video), out=str(args.out or "runs/eval"), fast_reset=args.fast_reset,
-        **convention_fields(args),
+        **ConventionOverrides.from_args(args).as_kwargs(CONVENTION_FIELDS),
     )
-
-
-def convention_fields(args: argparse.Namespace) -> dict:
-    """EvalConfig's checkpoint-convention fields from the shared flags (policies/checkpoints/report.py)."""
-    from oxygen_gym.policies.checkpoints.report import policy_kwargs
-
-    kw = policy_kwargs(args)
-    return {k: kw.get(k) for k in ("tokenizer", "norm_stats", "asset_id", "camera_map", "discrete_state",
-                                   "action_horizon", "family")}
 
 
 def _run_merge(args: argparse.Namespace) -> int:

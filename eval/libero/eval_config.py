@@ -8,9 +8,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from oxygen_gym.policies.checkpoints.overrides import ConventionOverrides
+
 PROTOCOLS = ("openpi", "lerobot")
 MODES = ("oxygen", "shared", "isolated", "parallel")
 VIDEO_POLICIES = ("all", "failures", "none")
+DTYPES = ("float32", "bfloat16", "float16")  # torch dtype names
 
 # Prompts for the language tasks a user can name with `--task NAME` (`--task NAME=PROMPT` sets any prompt).
 TASK_PROMPTS = {
@@ -19,9 +22,13 @@ TASK_PROMPTS = {
     "memory": "What has the robot done so far?",
 }
 
+# The ConventionOverrides fields an evaluation records, under their own names (EvalConfig has a field for each); the
+# image resize follows --protocol, and a hub revision is no eval option.
+CONVENTION_FIELDS = tuple(n for n in ConventionOverrides.names() if n not in ("image_resize", "revision"))
+
+# The tokenizer is a path on this machine, not result-deciding: the other conventions are.
 RESULT_FIELDS = ("checkpoint", "robot", "mode", "decode_budget", "target_action_hz", "language_tasks", "protocol",
-                 "max_steps", "fast_render", "dtype", "fast_reset", "norm_stats", "asset_id", "camera_map",
-                 "discrete_state", "action_horizon", "family")
+                 "max_steps", "fast_render", "dtype", "fast_reset", *(n for n in CONVENTION_FIELDS if n != "tokenizer"))
 
 
 @dataclass
@@ -38,7 +45,7 @@ class EvalConfig:
     fast_render: bool = False  # no antialiasing: ~2x faster software rendering, slightly different images
     dtype: str | None = None
     fast_reset: bool = False  # LIBERO soft reset: ~10x faster, not bit-identical to the references' hard reset
-    # checkpoint conventions (from_pretrained's arguments; None = the checkpoint's own, see `oxygen-gym inspect`)
+    # checkpoint conventions (CONVENTION_FIELDS; None = the checkpoint's own, see `oxygen-gym inspect`)
     norm_stats: str | None = None
     asset_id: str | None = None
     camera_map: dict | None = None
@@ -60,6 +67,13 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         validate(self)
+
+    def overrides(self) -> ConventionOverrides:
+        """from_pretrained's checkpoint-convention overrides for this run, with the protocol's image resize."""
+        from oxygen_gym.envs.protocols import get_libero_protocol
+
+        return ConventionOverrides(**{n: getattr(self, n) for n in CONVENTION_FIELDS},
+                                   image_resize=get_libero_protocol(self.protocol).image_resize)
 
     def result_fields(self) -> dict[str, Any]:
         return {k: _plain(getattr(self, k)) for k in RESULT_FIELDS}
@@ -149,6 +163,9 @@ def validate(cfg: EvalConfig) -> None:
     parse_decode_budget(cfg.decode_budget)
     if cfg.decode_budget == "auto" and not cfg.target_action_hz:
         raise ValueError("--decode-budget auto needs --target-action-hz (the action rate to hold)")
+    if cfg.dtype is not None and cfg.dtype not in DTYPES:
+        raise ValueError(f"--dtype: {cfg.dtype!r}; expected one of {', '.join(DTYPES)}")
+    ConventionOverrides(**{n: getattr(cfg, n) for n in CONVENTION_FIELDS})
     if cfg.max_steps is not None and cfg.max_steps < 1:
         raise ValueError(f"--max-steps: {cfg.max_steps}; expected a positive number of env steps")
     parse_video(cfg.video)

@@ -21,7 +21,6 @@ from .eval_config import EvalConfig
 from .episode_set import EpisodeSpec
 
 VIDEO_DIR = "videos"
-_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
 
 def policy_seed(spec: EpisodeSpec) -> int:
@@ -63,7 +62,7 @@ class EpisodeWorker:
             from oxygen_gym import LanguageTask, MultiTaskPolicy
 
             cfg = self.config
-            dtype = getattr(torch, _DTYPES[cfg.dtype]) if cfg.dtype else None
+            dtype = getattr(torch, cfg.dtype) if cfg.dtype else None  # a name of eval_config.DTYPES
             self.policy = MultiTaskPolicy.from_pretrained(
                 cfg.checkpoint, robot=cfg.robot, tasks=[LanguageTask(**t) for t in cfg.language_tasks],
                 decode_budget=cfg.decode_budget, target_action_hz=cfg.target_action_hz, mode=cfg.mode,
@@ -74,13 +73,7 @@ class EpisodeWorker:
 
     def convention_kwargs(self) -> dict:
         """from_pretrained's checkpoint-convention arguments, and the protocol's image resize for a checkpoint."""
-        from oxygen_gym.envs.protocols import get_libero_protocol
-
-        cfg = self.config
-        kw = {k: getattr(cfg, k) for k in ("tokenizer", "norm_stats", "asset_id", "camera_map", "discrete_state",
-                                          "action_horizon", "family") if getattr(cfg, k) is not None}
-        kw["image_resize"] = get_libero_protocol(cfg.protocol).image_resize
-        return kw
+        return self.config.overrides().as_kwargs()
 
     def replan(self) -> int:
         """Actions executed per policy call: the openpi client's replan_steps, or (lerobot) all the policy returns."""

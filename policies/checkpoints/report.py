@@ -10,8 +10,14 @@ import argparse
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from .overrides import ConventionOverrides
+
+if TYPE_CHECKING:
+    from .resolve import Conventions
 
 RESIZE_NAMES = {"pil": "PIL bilinear on uint8 (openpi's client)", "torch": "torch bilinear, no antialias (lerobot)"}
 RETURNS = {"openpi": "the whole chunk (openpi; its LIBERO client executes replan_steps=5)",
@@ -21,49 +27,9 @@ RETURNS = {"openpi": "the whole chunk (openpi; its LIBERO client executes replan
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="checkpoint folder, hub id, or a shipped trained model name")
     parser.add_argument("--robot", default="libero", help="libero, droid or aloha (default libero)")
-    add_policy_arguments(parser)
+    ConventionOverrides.add_arguments(parser)
     parser.add_argument("--prompt", default="pick up the black bowl and place it on the plate",
                         help="instruction for the example prompt")
-
-
-def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
-    """The checkpoint-convention flags shared by inspect, eval and demo (from_pretrained's arguments)."""
-    g = parser.add_argument_group("checkpoint conventions (each overrides a value read or guessed from the checkpoint)")
-    g.add_argument("--tokenizer", default=None, metavar="PATH",
-                   help="PaliGemma SentencePiece model (file, or folder holding tokenizer.model)")
-    g.add_argument("--norm-stats", default=None, metavar="PATH|identity",
-                   help="normalisation statistics (norm_stats.json or a folder), or 'identity' to run unnormalised")
-    g.add_argument("--asset-id", default=None, help="openpi: which assets/<id>/norm_stats.json to use")
-    g.add_argument("--camera-map", default=None, metavar="CAM=FEATURE,...",
-                   help="robot camera -> checkpoint image feature, e.g. base=image,wrist=image2")
-    ds = g.add_mutually_exclusive_group()
-    ds.add_argument("--discrete-state", dest="discrete_state", action="store_const", const=True, default=None,
-                    help="put the state bins in the prompt (pi0.5's format)")
-    ds.add_argument("--no-discrete-state", dest="discrete_state", action="store_const", const=False,
-                    help="prompt without state (openpi's pi05_libero)")
-    g.add_argument("--action-horizon", type=int, default=None, help="actions denoised (default: the checkpoint's chunk)")
-    g.add_argument("--family", default=None,
-                   help="override the detected family: ours, lerobot<=0.4.4, lerobot>=0.5, openpi, openpi-training")
-
-
-def parse_camera_map(text: str | None) -> dict[str, str] | None:
-    if text is None:
-        return None
-    out = {}
-    for part in text.split(","):
-        cam, sep, feat = part.partition("=")
-        if not sep or not cam.strip() or not feat.strip():
-            raise ValueError(f"--camera-map: {part!r} is not CAMERA=FEATURE (e.g. base=image,wrist=image2)")
-        out[cam.strip()] = feat.strip()
-    return out
-
-
-def policy_kwargs(args: argparse.Namespace) -> dict:
-    """from_pretrained keyword arguments from the shared flags (unset ones omitted)."""
-    kw = {"tokenizer": args.tokenizer, "norm_stats": args.norm_stats, "asset_id": args.asset_id,
-          "camera_map": parse_camera_map(args.camera_map), "discrete_state": args.discrete_state,
-          "action_horizon": args.action_horizon, "family": args.family}
-    return {k: v for k, v in kw.items() if v is not None}
 
 
 def _header(weights: Path) -> tuple[int, int, Counter]:
@@ -79,7 +45,7 @@ def _header(weights: Path) -> tuple[int, int, Counter]:
     return len(keys), params, dtypes
 
 
-def report(conv, prompt: str) -> str:
+def report(conv: Conventions, prompt: str) -> str:
     """The inspect text for resolved conventions."""
     from oxygen_gym.model.prompt import prompt_text, tokenize_prompt
 
@@ -124,10 +90,10 @@ def report(conv, prompt: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from oxygen_gym.policies.checkpoints import resolve_conventions
+    from .resolve import resolve_conventions
 
     try:
-        conv = resolve_conventions(args.checkpoint, args.robot, **policy_kwargs(args))
+        conv = resolve_conventions(args.checkpoint, args.robot, ConventionOverrides.from_args(args))
     except (ValueError, FileNotFoundError) as e:
         print(f"oxygen-gym inspect: error: {e}", file=sys.stderr)
         return 2

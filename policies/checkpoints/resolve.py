@@ -21,6 +21,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,8 +44,8 @@ from ..robots import RobotSpec, get_robot
 from .cameras import EMPTY_CAMERA, IMAGE_PREFIX, OPENPI_SLOTS, map_cameras
 from .family import FAMILIES, LEROBOT, LEROBOT_04, LEROBOT_05, OPENPI, OPENPI_TRAINING, OURS, detect_family
 from .family import refuse_flags, refuse_layouts
+from .overrides import ConventionOverrides
 
-IMAGE_RESIZES = ("pil", "torch")
 # openpi's published pi0.5 train configs by the asset id their norm stats live under (training/config.py)
 OPENPI_CONFIGS: dict[str, tuple[str, int, bool]] = {
     "physical-intelligence/libero": ("pi05_libero", 10, False),
@@ -94,26 +95,20 @@ def checkpoint_root(name_or_path, revision: str | None = None) -> Path:
 
 
 def resolve_conventions(
-    name_or_path,
-    robot: str | RobotSpec = "libero",
-    *,
-    tokenizer=None,
-    norm_stats=None,
-    asset_id: str | None = None,
-    camera_map: dict | None = None,
-    discrete_state: bool | None = None,
-    action_horizon: int | None = None,
-    family: str | None = None,
-    image_resize: str | None = None,
-    revision: str | None = None,
+    name_or_path, robot: str | RobotSpec = "libero", overrides: ConventionOverrides | None = None, **kwargs: Any
 ) -> Conventions:
-    """Resolve a checkpoint's input conventions (module docstring) without reading its weights."""
+    """Resolve a checkpoint's input conventions (module docstring) without reading its weights. The caller's
+    `overrides` win over what the files say; its fields may also be given as keyword arguments (tokenizer=, ...)."""
     robot = robot if isinstance(robot, RobotSpec) else get_robot(robot)
-    _check_args(discrete_state, action_horizon, family, image_resize, asset_id)
-    root = checkpoint_root(name_or_path, revision)
+    o = overrides or ConventionOverrides()
+    if kwargs:
+        o = o.replace(**kwargs)
+    action_horizon, discrete_state, norm_stats = o.action_horizon, o.discrete_state, o.norm_stats
+    root = checkpoint_root(name_or_path, o.revision)
     refuse_layouts(root)
     cfg = read_config_json(root)
     warnings: list[str] = []
+    family = o.family
     if family is None:
         family, guessed = detect_family(root, cfg)
         if guessed and family == LEROBOT_04:
@@ -126,7 +121,7 @@ def resolve_conventions(
     shapes = tensor_shapes(root / WEIGHTS_FILE)
     base = PI05Config.from_json(cfg[OUR_KEY]) if family == OURS else config_from_checkpoint(cfg, shapes)
 
-    stats, stats_source, found_asset = _stats(root, family, norm_stats, asset_id)
+    stats, stats_source, found_asset = _stats(root, family, norm_stats, o.asset_id)
     known = OPENPI_CONFIGS.get(found_asset or "") if family in (OPENPI, OPENPI_TRAINING) else None
 
     # chunk denoised, actions returned
@@ -166,7 +161,7 @@ def resolve_conventions(
         ds = bool(discrete_state)
 
     slots = _image_slots(family, cfg, base)
-    camera_slots, cam_warnings = map_cameras(robot, slots, camera_map)
+    camera_slots, cam_warnings = map_cameras(robot, slots, o.camera_map)
     warnings += cam_warnings
     _check_feature_dims(family, cfg, robot)
 
@@ -193,27 +188,13 @@ def resolve_conventions(
     config = dataclasses.replace(
         base, image_slots=tuple(slots), action_horizon=chunk, discrete_state=ds, state_pad_to=pad, max_token_len=max_len
     )
-    tok, tok_source = find_tokenizer(config.vocab_size, root, tokenizer)
-    resize = image_resize or ("torch" if family in LEROBOT else "pil")
+    tok, tok_source = find_tokenizer(config.vocab_size, root, o.tokenizer)
+    resize = o.image_resize or ("torch" if family in LEROBOT else "pil")
     return Conventions(
         root=root, family=family, config=config, robot=robot, camera_slots=camera_slots, state_norm=state_norm,
         action_norm=action_norm, n_actions=n_actions, tokenizer=tok, tokenizer_source=tok_source,
         image_resize=resize, stats_source=stats_source, asset_id=found_asset, warnings=warnings,
     )
-
-
-def _check_args(discrete_state, action_horizon, family, image_resize, asset_id) -> None:
-    if discrete_state is not None and not isinstance(discrete_state, (bool, np.bool_)):
-        raise ValueError(f"discrete_state must be True, False or None, got {discrete_state!r}")
-    if action_horizon is not None and (isinstance(action_horizon, bool) or not isinstance(action_horizon, int)
-                                       or action_horizon < 1):
-        raise ValueError(f"action_horizon must be a positive int or None, got {action_horizon!r}")
-    if family is not None and family not in FAMILIES:
-        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
-    if image_resize is not None and image_resize not in IMAGE_RESIZES:
-        raise ValueError(f"image_resize must be one of {IMAGE_RESIZES}, got {image_resize!r}")
-    if asset_id is not None and not isinstance(asset_id, str):
-        raise ValueError(f"asset_id must be a str, got {type(asset_id).__name__}")
 
 
 # ------------------------------------------------------------------------------------------------ images
