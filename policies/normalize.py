@@ -105,22 +105,12 @@ class Normalizer:
         return f"{self.mode} from {'/'.join(names)} over {self.dims} dims, {eps}"
 
 
-def Identity(feature: str = "") -> Normalizer:  # noqa: N802 - kept for callers of the old class
-    """Built-in models have no dataset statistics: values pass through."""
-    return Normalizer("IDENTITY", None, feature=feature)
-
-
-def QuantileNormalizer(q01: np.ndarray, q99: np.ndarray) -> Normalizer:  # noqa: N802 - the old class's name
-    """openpi's quantile normaliser (q01/q99 to [-1, 1], +1e-6)."""
-    return Normalizer("QUANTILES", {"q01": q01, "q99": q99}, formula="openpi")
-
-
 def from_stats(stats: dict | None, *keys: str, mode: str = "QUANTILES", formula: str = "openpi",
                eps: float = LEROBOT_EPS) -> Normalizer:
     """The normaliser for the first of `keys` present in `stats` (openpi: state/actions; lerobot:
     observation.state/action), or IDENTITY when there are no stats."""
     if not stats or mode == "IDENTITY":
-        return Identity(keys[0] if keys else "")
+        return Normalizer("IDENTITY", feature=keys[0] if keys else "")
     for key in keys:
         if key in stats:
             s = stats[key]

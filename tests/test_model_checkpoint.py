@@ -21,6 +21,7 @@ from oxygen_gym.model import (
     save_pretrained,
 )
 from oxygen_gym.model.pi05 import PI05Model
+from oxygen_gym.policies.normalize import Normalizer
 
 P = "model.paligemma_with_expert."
 
@@ -182,7 +183,11 @@ def test_openpi_converter_layout_and_assets_norm_stats(saved, tmp_path):
         assert torch.equal(a, b), name
     acts = loaded.norm_stats["actions"]
     assert acts.source == "openpi"
-    np.testing.assert_allclose(acts.unnormalize(np.ones(7)), np.full(7, 0.5 + 1e-6 / 2), rtol=1e-6)
+    acts = Normalizer("QUANTILES", {"q01": acts.q01, "q99": acts.q99}, formula="openpi")  # what the policy applies
+    # openpi's Unnormalize: (x + 1) / 2 * (q99 - q01 + 1e-6) + q01. (The 0.5 + 1e-6 / 2 this test used to expect
+    # held only within rtol for the float32 copy of the formula on NormStats, deleted as nothing else called it.)
+    want = (1 + 1) / 2 * (0.5 - -0.5 + 1e-6) + -0.5
+    np.testing.assert_allclose(acts.unnormalize(np.ones(7)), np.full(7, want), rtol=1e-6)
     np.testing.assert_allclose(acts.normalize(acts.unnormalize(np.linspace(-1, 1, 7))), np.linspace(-1, 1, 7), atol=1e-6)
 
 

@@ -13,7 +13,7 @@ from oxygen_gym.train.trainer import TrainConfig, train
 from oxygen_gym.model import PI05Config, build_model, builtin_tokenizer
 from oxygen_gym.policies.inputs import build_prefix_inputs
 from oxygen_gym.policies.language import task_prompt_ids
-from oxygen_gym.policies.normalize import QuantileNormalizer
+from oxygen_gym.policies.normalize import Normalizer
 from oxygen_gym.policies.robots import get_robot
 
 LABELS = ("reach for the black bowl", "grasp the black bowl", "carry the bowl to the plate")
@@ -42,7 +42,7 @@ def test_a_training_sample_is_what_act_would_feed_the_model():
     stats = compute_norm_stats(demos)
     ds = DemoDataset(demos, cfg, tok, "What is the robot doing?", stats, progress=False)
     robot = get_robot("libero")
-    state_norm = QuantileNormalizer(stats["state"].q01, stats["state"].q99)
+    state_norm = Normalizer("QUANTILES", {"q01": stats["state"].q01, "q99": stats["state"].q99})
     for row, (d, s) in enumerate([(0, 0), (0, 13), (1, 5)]):
         i = d * 14 + s
         demo = demos[d]
@@ -62,7 +62,7 @@ def test_a_training_sample_is_what_act_would_feed_the_model():
         assert batch.text[0, : len(prompt) + len(label)].tolist() == prompt + label
         assert batch.text_loss_mask[0].nonzero().flatten().tolist() == list(range(len(prompt), len(prompt) + len(label)))
         # actions: the next `action_horizon` steps, normalised; steps past the episode's end masked out
-        act_norm = QuantileNormalizer(stats["actions"].q01, stats["actions"].q99)
+        act_norm = Normalizer("QUANTILES", {"q01": stats["actions"].q01, "q99": stats["actions"].q99})
         want = act_norm.normalize(demo.actions[s : s + cfg.action_horizon])
         assert np.allclose(batch.actions[0, : len(want), :7].numpy(), want, atol=1e-6)
         assert int(batch.action_loss_mask[0, :, 0].sum()) == len(want)

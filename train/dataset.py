@@ -14,7 +14,7 @@ from oxygen_gym.model.norm_stats import NormStats
 from oxygen_gym.model.prompt import resize_with_pad, tokenize_prompt
 from oxygen_gym.model.training import TrainBatch
 from oxygen_gym.policies.language import task_prompt_ids
-from oxygen_gym.policies.normalize import QuantileNormalizer
+from oxygen_gym.policies.normalize import Normalizer
 
 from .collect.libero_hdf5 import Demo, demo_names, read_demos
 
@@ -54,8 +54,8 @@ class DemoDataset:
             raise ValueError(f"config.image_slots must be {LIBERO_SLOTS} for LIBERO demos, got {config.image_slots}")
         self.config, self.norm_stats = config, norm_stats
         size, horizon = config.vision.image_size, config.action_horizon
-        state_norm = QuantileNormalizer(norm_stats["state"].q01, norm_stats["state"].q99)
-        action_norm = QuantileNormalizer(norm_stats["actions"].q01, norm_stats["actions"].q99)
+        state_norm, action_norm = (Normalizer("QUANTILES", {"q01": norm_stats[k].q01, "q99": norm_stats[k].q99})
+                                   for k in ("state", "actions"))
         task_ids = task_prompt_ids(tokenizer, narrate_prompt)
         n = sum(len(d) for d in demos)
         self.images = torch.empty(n, 2, size, size, 3, dtype=torch.uint8)

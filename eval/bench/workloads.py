@@ -201,7 +201,7 @@ def make_observations(
         prefix = build_prefix_inputs(
             images, state, instruction, robot=spec, model_slots=tuple(cfg.image_slots), image_size=size,
             tokenizer=tok, max_token_len=cfg.max_token_len, discrete_state=cfg.discrete_state,
-            state_normalizer=normalize.Identity(), device=model.device,
+            state_normalizer=normalize.Normalizer("IDENTITY"), device=model.device,
         )
         images_on = sum(bool(m.all()) for m in prefix.image_masks)
         prefixes.append(prefix)

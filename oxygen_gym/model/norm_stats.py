@@ -27,8 +27,8 @@ POSTPROCESSOR = "policy_postprocessor"
 
 @dataclass(frozen=True)
 class NormStats:
-    """Per-dimension statistics of one feature (any may be None). `source` picks the quantile formula's epsilon:
-    openpi divides by `q99 - q01 + 1e-6`; lerobot by `q99 - q01` (1e-8 only where they are equal)."""
+    """Per-dimension statistics of one feature (any may be None); `source` says which layout they were read from
+    (openpi or lerobot). Normalising with them is policies/normalize.py's job, in the checkpoint's declared mode."""
 
     mean: np.ndarray | None = None
     std: np.ndarray | None = None
@@ -48,28 +48,6 @@ class NormStats:
 
     def __contains__(self, name: object) -> bool:
         return name in STAT_NAMES and getattr(self, str(name)) is not None
-
-    def _quantile_denominator(self, dims: int) -> tuple[np.ndarray, np.ndarray]:
-        if self.q01 is None or self.q99 is None:
-            raise ValueError("quantile normalisation needs q01 and q99 statistics")
-        if dims > self.q01.size:
-            raise ValueError(f"value has {dims} dims but the statistics have {self.q01.size}")
-        q01, q99 = self.q01[:dims], self.q99[:dims]
-        if self.source == "lerobot":
-            span = q99 - q01
-            return q01, np.where(span == 0, 1e-8, span)
-        return q01, q99 - q01 + 1e-6
-
-    def normalize(self, x: np.ndarray) -> np.ndarray:
-        """Robot units -> [-1, 1] by the 1st/99th percentiles (pi0.5's QUANTILES mode), over x's last dims."""
-        x = np.asarray(x, dtype=np.float32)
-        q01, span = self._quantile_denominator(x.shape[-1])
-        return ((x - q01) / span * 2.0 - 1.0).astype(np.float32)
-
-    def unnormalize(self, x: np.ndarray) -> np.ndarray:
-        x = np.asarray(x, dtype=np.float32)
-        q01, span = self._quantile_denominator(x.shape[-1])
-        return ((x + 1.0) / 2.0 * span + q01).astype(np.float32)
 
 
 def load_norm_stats(checkpoint_dir: str | Path, asset_id: str | None = None) -> dict[str, NormStats] | None:

@@ -176,7 +176,7 @@ def resolve_conventions(
             f"on purpose."
         )
     if stats is None:
-        state_norm, action_norm = normalize.Identity("state"), normalize.Identity("actions")
+        state_norm, action_norm = normalize.Normalizer(feature="state"), normalize.Normalizer(feature="actions")
     else:
         state_norm = _normalizer(stats, "state", state_mode if ds else "IDENTITY", formula, eps)
         action_norm = _normalizer(stats, "actions", action_mode, formula, eps)
@@ -266,7 +266,7 @@ def _modes(root: Path, family: str, cfg: dict, warnings: list[str]) -> tuple[str
 
 def _normalizer(stats: dict, key: str, mode: str, formula: str, eps: float) -> normalize.Normalizer:
     if mode == "IDENTITY":
-        return normalize.Identity(key)
+        return normalize.Normalizer("IDENTITY", feature=key)
     if key not in stats:
         raise ValueError(f"normalisation statistics have no {key!r} entry (found {sorted(stats)}); {mode} needs it")
     s = stats[key]
