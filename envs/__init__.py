@@ -1,4 +1,4 @@
-"""oxygen_gym.envs: real simulators as Gymnasium envs whose observations are the policy's input (api.md), plus the
+"""oxygen_gym.envs: real simulators as Gymnasium envs whose observations are the policy's input (docs/api.md), plus the
 wrappers and the episode loop that eval and users share. Importing registers the ids; simulators load on first use."""
 from __future__ import annotations
 

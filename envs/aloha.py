@@ -2,7 +2,8 @@
 rendering only the cameras the policy reads, at the size it asks for.
 
 gym-aloha's own step renders three 640x480 views it does not return (~0.3-0.45 s on CPU); here the task returns
-joint state only and the env renders `high` (the `top` camera) and the two wrist cameras itself (sims.md).
+joint state only and the env renders `high` (the `top` camera) and the two wrist cameras itself (~47 ms at 224 px
+without antialiasing and shadows, measured on 2 CPU cores).
 """
 from __future__ import annotations
 

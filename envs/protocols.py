@@ -1,5 +1,5 @@
 """LIBERO evaluation protocols: the numbers two reference evaluations use, kept in one place so the env, the eval
-CLI and users read the same values (shared/design/sims.md records where each comes from).
+CLI and users read the same values (each preset's `source` names the upstream code its numbers come from).
 
 openpi (`examples/libero/main.py`) and lerobot (`lerobot-eval`) disagree on the step limits, the replan interval, the
 render size and the seed, so both are offered as presets. Both give the policy `max_steps` actions after the wait:

@@ -1,4 +1,4 @@
-"""What every oxygen-gym env shares with the policy: the observation layout of api.md and argument checks that fail
+"""What every oxygen-gym env shares with the policy: the observation layout of docs/api.md and argument checks that fail
 early with a message naming the field."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""openpi's observation keys per robot family, mapped to `policy.act`'s format (api.md).
+"""openpi's observation keys per robot family, mapped to `policy.act`'s format (docs/api.md).
 
 What openpi's example loops send (openpi repository):
 - LIBERO (examples/libero/main.py): `observation/image`, `observation/wrist_image` (uint8 HWC), `observation/state`

@@ -1,4 +1,4 @@
-"""Observations in each robot's format (api.md), drawn from a seeded generator."""
+"""Observations in each robot's format (docs/api.md), drawn from a seeded generator."""
 import numpy as np
 
 CAMERAS = {"libero": ("base", "wrist"), "droid": ("exterior", "wrist"), "aloha": ("high", "left_wrist", "right_wrist")}

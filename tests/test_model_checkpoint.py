@@ -1,4 +1,6 @@
-"""Checkpoint layout (shared/design/checkpoints.md), save/reload, strict loading errors, normaliser stats, hub ids."""
+"""Checkpoint layout (lerobot's pi0.5 safetensors: the state dict of lerobot `policies/pi05/modeling_pi05.py`, which
+openpi's `examples/convert_jax_model_to_pytorch.py` writes too), save/reload, strict loading errors, normaliser
+stats, hub ids."""
 import json
 import os
 import subprocess
@@ -27,7 +29,7 @@ P = "model.paligemma_with_expert."
 
 
 def documented_keys(c: PI05Config) -> dict[str, tuple[int, ...]]:
-    """checkpoints.md's key list with its shapes, written out independently of weights.py."""
+    """lerobot's pi0.5 key list with its shapes (812 keys at full size), written out independently of weights.py."""
     w, e, v, hd, h, k = c.vlm.width, c.expert.width, c.vision.width, c.vlm.head_dim, c.vlm.num_heads, c.vlm.num_kv_heads
     lm, vt = f"{P}paligemma.model.language_model.", f"{P}paligemma.model.vision_tower.vision_model."
     keys = {

@@ -1,4 +1,4 @@
-"""Parity with lerobot 0.4.4's PI05 on the tiny random fixture, through the public seam (api.md).
+"""Parity with lerobot 0.4.4's PI05 on the tiny random fixture, through the public seam (docs/api.md).
 
 The fixture's actions move only ~2% when the whole prefix is replaced, so the prefix hidden states, the last-token
 logits and every Euler step's velocity are compared too, not just the final actions.
@@ -37,7 +37,7 @@ def ref(lerobot_fixture_dir):
 
 @pytest.fixture(scope="module")
 def fixture_config(lerobot_fixture_dir) -> PI05Config:
-    """The api.md seam: dims spelled out by hand from the fixture's meta.json."""
+    """The docs/api.md seam: dims spelled out by hand from the fixture's meta.json."""
     dims = json.loads((lerobot_fixture_dir / "meta.json").read_text())["tiny_dims"]
     v = dims["vision"]
     return PI05Config(

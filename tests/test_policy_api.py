@@ -1,4 +1,4 @@
-"""MultiTaskPolicy's public contract (api.md): shapes, the language update stream, modes, input validation."""
+"""MultiTaskPolicy's public contract (docs/api.md): shapes, the language update stream, modes, input validation."""
 import numpy as np
 import pytest
 

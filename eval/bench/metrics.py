@@ -1,4 +1,5 @@
-"""Per-point metrics from measured frames (warm-up excluded), as results.json records them (api.md's fields first)."""
+"""Per-point metrics from measured frames (warm-up excluded), as results.json records them (docs/api.md's fields
+first)."""
 from __future__ import annotations
 
 from collections import defaultdict
