@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
 
         executor = local_executor
         if args.ray is not None:
-            from .distributed import ray_executor
+            from .ray_executor import ray_executor
 
             executor = ray_executor(address=None if args.ray == "local" else args.ray, workers=args.workers,
                                     gpus_per_worker=args.gpus_per_worker, cpus_per_worker=args.cpus_per_worker)
