@@ -1,4 +1,4 @@
-"""`oxygen-gym train`: pi0.5's objective (oxygen_gym.model.training) on LIBERO HDF5 demonstrations, resumable."""
+"""`oxygen-gym train`: pi0.5's objective (oxygen_gym.model.pi05.training) on LIBERO HDF5 demonstrations, resumable."""
 from .dataset import DemoDataset, compute_norm_stats
 from .trainer import TrainConfig, train
 
