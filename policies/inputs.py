@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from oxygen_gym.engine.frame import PrefixInputs
-from oxygen_gym.model.prompt import missing_image, preprocess_image, tokenize_prompt
+from oxygen_gym.model.pi05.inputs import PrefixInputs
+from oxygen_gym.model.pi05.prompt import missing_image, preprocess_image, tokenize_prompt
 
 from .robots import RobotSpec
 

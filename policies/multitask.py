@@ -10,14 +10,15 @@ import torch
 
 from oxygen_gym.engine.budget import make_budget
 from oxygen_gym.engine.frame import FrameInput
+from oxygen_gym.engine.modes import ALL_MODES
 from oxygen_gym.engine.parallel import ParallelExecutor
 from oxygen_gym.engine.request import Request
 from oxygen_gym.engine.scheduler import FrameScheduler
-from oxygen_gym.engine.slots import SlotPool, default_num_slots, slot_bytes
-from oxygen_gym.engine.stats import FrameLog
+from oxygen_gym.engine.slots import SlotPool, default_num_slots
+from oxygen_gym.engine.stats import DEFAULT_WINDOW, FrameLog
 from oxygen_gym.engine.timing import peak_memory_bytes, peak_rss_bytes
-from oxygen_gym.model.config import BUILTIN, PI05Config
-from oxygen_gym.model.pi05 import PI05Model
+from oxygen_gym.model.pi05.config import BUILTIN, PI05Config
+from oxygen_gym.model.pi05.modeling import PI05Model
 
 from . import normalize
 from .inputs import build_prefix_inputs, check_observation
@@ -27,7 +28,7 @@ from .robots import RobotSpec, get_robot
 if TYPE_CHECKING:
     from .checkpoints import ConventionOverrides
 
-POLICY_MODES = ("oxygen", "shared", "isolated", "parallel", "upper_bound")
+POLICY_MODES = ALL_MODES  # engine/modes.py: one definition
 
 
 def _seed_for(*parts: int) -> int:
@@ -94,36 +95,55 @@ class MultiTaskPolicy:
         self.action_norm = action_normalizer or normalize.from_stats(norm_stats, "actions", "action")
         self._task_prompt_ids = {t.name: task_prompt_ids(tokenizer, t.prompt) for t in tasks}
         self.model_slots = tuple(s for s in cfg.image_slots)
-        max_prefix = len(self.model_slots) * cfg.vision.num_patches + cfg.max_token_len
+        self.action_head = next(iter(model.action_heads))  # the head act() returns
         max_cont = max((len(self._task_prompt_ids[t.name]) + t.max_new_tokens for t in tasks), default=0)
-        capacity = max_prefix + max(self.chunk, max_cont)
-        per_slot = slot_bytes(
-            layers=cfg.vlm.depth, kv_heads=cfg.vlm.num_kv_heads, head_dim=cfg.vlm.head_dim, capacity=capacity, dtype=model.dtype
-        )
+        capacity = model.max_prefix_length() + max(self.chunk, max_cont)
+        kv = model.kv_layout
+        per_slot = kv.row_bytes(capacity, model.dtype)
         if num_slots is None:
             num_slots = default_num_slots(per_slot, model.device)
         if num_slots < 1:
             raise ValueError(f"num_slots must be >= 1, got {num_slots}")
         pool_args = dict(
-            num_slots=num_slots, capacity=capacity, layers=cfg.vlm.depth, kv_heads=cfg.vlm.num_kv_heads,
-            head_dim=cfg.vlm.head_dim, device=model.device, dtype=model.dtype,
+            num_slots=num_slots, capacity=capacity, layers=kv.layers, kv_heads=kv.kv_heads, head_dim=kv.head_dim,
+            device=model.device, dtype=model.dtype,
         )
         if mode == "parallel":
-            self.engine = ParallelExecutor(model, pool_args)
+            self.engine = ParallelExecutor(model, pool_args, num_steps=self.num_steps)
             self._pool_bytes = 2 * per_slot * (num_slots + 1)  # one pool per worker
         else:
             self.pool = SlotPool(**pool_args)
             self.engine = FrameScheduler(model, self.pool, mode, num_steps=self.num_steps)
             self._pool_bytes = self.pool.nbytes()
         self._model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        self.conventions = None  # a checkpoint's resolved conventions (from_pretrained), for inspection
+        self._start_session_state()
+
+    def _start_session_state(self) -> None:
+        """What one robot's stream of act() calls owns (a server session gets its own, see `session`)."""
         self._next_request_id = 0
         self._streams: dict[int, TextStream] = {}
         self._started_at: dict[int, float] = {}
-        self._records = FrameLog()  # running totals + the last frames only: memory stays flat on long runs
+        window = self._records.window if hasattr(self, "_records") else DEFAULT_WINDOW
+        self._records = FrameLog(window)  # running totals + the last frames only: memory stays flat on long runs
         self.frame = 0
         self.last_frame: dict | None = None
-        self.conventions = None  # a checkpoint's resolved conventions (from_pretrained), for inspection
         self._closed = False
+
+    def session(self, engine) -> "MultiTaskPolicy":
+        """A policy for one robot over a shared `engine` (a server session: anything with this policy's engine's
+        `run`, `in_flight`, `reset`, `close`). It shares this policy's model, tokenizer, robot, tasks and normalisers
+        (read-only) and has its own frame counter, request ids, text streams, decode budget and stats; it holds no
+        KV pool of its own."""
+        import copy
+
+        p = copy.copy(self)
+        p.engine = engine
+        p.pool = None
+        p._pool_bytes = 0
+        p.budget = copy.deepcopy(self.budget)
+        p._start_session_state()
+        return p
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -158,7 +178,7 @@ class MultiTaskPolicy:
         `CheckpointGuessWarning` naming the argument that overrides it (`oxygen-gym inspect` lists them)."""
         import warnings
 
-        from oxygen_gym.model.init import default_dtype
+        from oxygen_gym.model.pi05.init import default_dtype
 
         from .checkpoints import CheckpointGuessWarning, ConventionOverrides, resolve_conventions
 
@@ -177,7 +197,7 @@ class MultiTaskPolicy:
                 name_or_path, robot_spec, dev, dtype, overrides, seed=seed, tasks=tasks, decode_budget=decode_budget,
                 target_action_hz=target_action_hz, language_deadline_s=language_deadline_s, mode=mode, **kwargs,
             )
-        from oxygen_gym.model.loading import load_pretrained
+        from oxygen_gym.model.pi05.loading import load_pretrained
 
         conv = resolve_conventions(name_or_path, robot_spec, overrides)
         for message in conv.warnings:
@@ -198,7 +218,7 @@ class MultiTaskPolicy:
                  **kwargs) -> "MultiTaskPolicy":
         """A random-weight built-in model: the robot's slots and horizon, no statistics unless given. Of the
         overrides (already validated), the ones a built-in has use for apply; asset_id, family, revision do not."""
-        from oxygen_gym.model.init import build_model
+        from oxygen_gym.model.pi05.init import build_model
         from oxygen_gym.model.tokenizer import find_tokenizer
 
         from .checkpoints import map_cameras
@@ -236,7 +256,7 @@ class MultiTaskPolicy:
         prefix = self.model_inputs(obs)
         frame = self.frame
         noise_gen = torch.Generator().manual_seed(_seed_for(self.seed, frame))
-        noise = torch.randn(1, self.chunk, cfg.action_dim, generator=noise_gen).to(self.model.device)
+        noise = {self.action_head: torch.randn(1, self.chunk, cfg.action_dim, generator=noise_gen).to(self.model.device)}
         new = [self._new_request(t, frame) for t in self.tasks if frame % t.every == 0]
         in_flight = self.engine.in_flight() + new
         now = time.perf_counter()
@@ -248,7 +268,7 @@ class MultiTaskPolicy:
         for r in new:
             self._started_at[r.request_id] = now
         self.budget.observe(result.stats.stage_ms, result.stats.batch_sizes, result.stats.stage_ms["decode"])
-        actions = result.actions[0, : self.horizon, : self.robot.action_dim].float().cpu().numpy()
+        actions = result.head_actions[self.action_head][0, : self.horizon, : self.robot.action_dim].float().cpu().numpy()
         actions = self.robot.actions_from_model(self.action_norm.unnormalize(actions)).astype(np.float32)
         updates = [self._update(r, toks) for r, toks in result.advanced]
         self._record(result.stats, k)

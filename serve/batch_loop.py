@@ -8,7 +8,6 @@ as one batched frame (engine/batch.py).
 """
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from collections import deque
@@ -234,18 +233,5 @@ class SessionEngine:
 
 
 def session_policy(template, engine: SessionEngine):
-    """A robot session: the template `MultiTaskPolicy` (model, tokenizer, robot, tasks, normalisers: shared, read-only)
-    with its own frame counter, request ids, text streams, decode budget and stats, and the shared engine."""
-    p = copy.copy(template)
-    p.engine = engine
-    p.pool = None
-    p._pool_bytes = 0
-    p.budget = copy.deepcopy(template.budget)  # the template never acts, so its budget is fresh
-    p._next_request_id = 0
-    p._streams = {}
-    p._started_at = {}
-    p._records = FrameLog(template._records.window)
-    p.frame = 0
-    p.last_frame = None
-    p._closed = False
-    return p
+    """A robot session: the template `MultiTaskPolicy`'s public `session` over the shared engine."""
+    return template.session(engine)

@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import save_file
 
 from oxygen_gym.model import build_model
-from oxygen_gym.model.weights import FP32_PATTERNS, to_checkpoint
+from oxygen_gym.model.pi05.weights import FP32_PATTERNS, to_checkpoint
 
 STATS = ("mean", "std", "min", "max", "q01", "q10", "q50", "q90", "q99")
 

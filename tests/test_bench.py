@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from engine_workloads import make_workload, run_workload
-from oxygen_gym.engine.cuda_graphs import _DecodeGraph, _DenoiseGraph, decode_buckets
+from oxygen_gym.engine.model_api import PrefixState
+from oxygen_gym.engine.runner import ModelRunner, decode_buckets
 from oxygen_gym.engine.slots import SlotPool
 from oxygen_gym.eval.bench import bench_command as cli
 from oxygen_gym.eval.bench.sweep_config import BenchConfig, BenchConfigError
@@ -24,7 +25,7 @@ from oxygen_gym.eval.bench.point_runner import pool_args
 from oxygen_gym.eval.bench.sweep import run_bench
 from oxygen_gym.eval.bench.workloads import Arrivals, WorkloadError, make_observations, peak_in_flight
 from oxygen_gym.model import cpu_kernels
-from oxygen_gym.model.init import build_model
+from oxygen_gym.model.pi05.init import build_model
 
 API_FIELDS = (
     "mode", "N", "k", "S", "frames", "frame_ms_mean", "frame_ms_p50", "frame_ms_p99", "action_hz",
@@ -237,30 +238,32 @@ def test_onednn_path_matches_f_linear_and_keeps_modes_equivalent():
 
 
 def test_static_shape_bodies_of_the_cuda_graphs_match_eager(tiny):
-    """The captured decode and denoise run shape-static bodies (full-capacity attention under a positions mask,
-    padding rows, private K/V buffers); run eagerly on the CPU they must compute what the eager model does."""
+    """What the runner captures are the model's own calls in shape-static form (full-capacity attention under a
+    cache-index mask, padding rows, the action tokens at the staging row's end); run eagerly on the CPU through the
+    runner's static calls, they must compute what the eager model does."""
     assert decode_buckets(30) == [1, 2, 4, 8, 16, 30] and decode_buckets(1) == [1]
     obs = make_observations(tiny, "libero", count=5, seed=2)
     pool = SlotPool(**pool_args(tiny, 8, obs.capacity(12)))
+    runner = ModelRunner(tiny, pool, cuda_graphs=False)
     lengths = []
     for s, p in enumerate(obs.prefixes):
-        prefix = tiny.embed_prefix(p.images, p.image_masks, p.tokens, p.token_masks)
-        tiny.prefill(pool.view(s, s + 1), prefix)
-        lengths.append(int(prefix.lengths[0]))
+        lengths.append(int(runner.prefill(s, 1, p).lengths[0]))
+        pool.lengths[s] = lengths[-1]
     pool.active = 5
     noise = obs.noise(0)
-    graph = _DenoiseGraph(tiny, pool, 10, obs.horizon)
-    graph.set_inputs(3, torch.tensor([lengths[3]]), noise)
-    graph.run()
-    eager = tiny.denoise(pool.view(3, 4), torch.tensor([lengths[3]]), noise, 10)
+    state = PrefixState(torch.tensor([lengths[3]]), torch.tensor([lengths[3]]))
+    eager = tiny.denoise_head("actions", pool.view(3, 4), state, noise, 10)
+    pool.copy(3, pool.scratch, lengths[3])  # what the runner does before a replay: the prefix into the staging row
+    body = runner.denoise_body("actions", 10, state, noise)
+    body.load([noise, *state.tensors()])
     # measured max abs differences: denoise 1.4e-6 (actions up to 3.7), decode 5.7e-7 (logits up to 0.8); ~3.5x those
-    torch.testing.assert_close(graph.out, eager, atol=5e-6, rtol=0)
+    torch.testing.assert_close(body.run(), eager, atol=5e-6, rtol=0)
     tokens, positions = torch.tensor([5, 6, 7, 8, 9]), torch.tensor(lengths)
     saved = pool.cache.k.clone(), pool.cache.v.clone()
-    step = _DecodeGraph(tiny, pool, 8)  # batch 5 padded to the bucket of 8
-    step.set_inputs(tokens, positions, 5)
-    step.run()
-    logits = step.logits[:5].clone()
+    step = runner.decode_body(8)  # batch 5 padded to the bucket of 8
+    pad = torch.zeros(3, dtype=torch.long)
+    step.load([torch.cat([tokens, pad]), torch.cat([positions, pad]), torch.cat([positions, pad])])
+    logits = step.run()[:5].clone()
     pool.cache.k.copy_(saved[0])
     pool.cache.v.copy_(saved[1])
     torch.testing.assert_close(logits, tiny.decode_step(pool.view(0, 5), tokens, positions), atol=2e-6, rtol=0)
@@ -269,28 +272,28 @@ def test_static_shape_bodies_of_the_cuda_graphs_match_eager(tiny):
 # ---------------------------------------------------------------------------------------------- GPU (skipped here)
 @pytest.mark.gpu
 def test_cuda_graph_decode_and_denoise_match_eager_on_gpu():
-    from oxygen_gym.engine.cuda_graphs import CudaGraphRunner
-
     model = build_model("tiny", seed=3, device="cuda", dtype=torch.float32)
     obs = make_observations(model, "libero", count=3, seed=2)
     pool = SlotPool(**pool_args(model, 8, obs.capacity(12)))
+    graphs = ModelRunner(model, pool, cuda_graphs=True)
     lengths = []
     for s, p in enumerate(obs.prefixes):
-        prefix = model.embed_prefix(p.images, p.image_masks, p.tokens, p.token_masks)
-        model.prefill(pool.view(s, s + 1), prefix)
-        lengths.append(int(prefix.lengths[0]))
+        lengths.append(int(graphs.prefill(s, 1, p).lengths[0]))
+        pool.lengths[s] = lengths[-1]
     pool.active = 3
-    graphs = CudaGraphRunner(model, pool)
     noise = obs.noise(0)
     for slot in (0, 2, 1):  # one capture, any slot
-        want = model.denoise(pool.view(slot, slot + 1), torch.tensor([lengths[slot]], device="cuda"), noise, 10)
-        got = graphs.denoise(slot, torch.tensor([lengths[slot]], device="cuda"), noise, 10)
+        n = torch.tensor([lengths[slot]], device="cuda")
+        state = PrefixState(n, n.clone())
+        want = model.denoise_head("actions", pool.view(slot, slot + 1), state, noise, 10)
+        got = graphs.denoise("actions", slot, state, noise, 10)
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     tokens = torch.tensor([5, 6, 7], device="cuda")
     for batch in (1, 3, 2):
+        pool.active = batch  # a graph replays only over the whole active range
         positions = torch.tensor(lengths[:batch], device="cuda")
         saved = pool.cache.k.clone(), pool.cache.v.clone()
-        got = graphs.decode_step(batch, tokens[:batch], positions).clone()
+        got = graphs.decode_step(batch, tokens[:batch], positions, positions).clone()
         pool.cache.k.copy_(saved[0])
         pool.cache.v.copy_(saved[1])
         want = model.decode_step(pool.view(0, batch), tokens[:batch], positions)
@@ -301,16 +304,14 @@ def test_cuda_graph_decode_and_denoise_match_eager_on_gpu():
 
 @pytest.mark.gpu
 def test_cuda_graphs_capture_up_front_on_an_empty_pool():
-    from oxygen_gym.engine.cuda_graphs import CudaGraphRunner
-
     model = build_model("tiny", seed=3, device="cuda")
     pool = SlotPool(**pool_args(model, 6, 700))
-    runner = CudaGraphRunner(model, pool)
-    runner.capture(num_steps=5, horizon=10)
-    assert sorted(runner._decode) == [1, 2, 4, 6] and list(runner._denoise) == [(5, 10)]
+    runner = ModelRunner(model, pool, cuda_graphs=True)
+    runner.capture(num_steps=5, horizons={"actions": 10})
+    assert sorted(runner._decode) == [1, 2, 4, 6] and list(runner._denoise) == [("actions", 5, 10)]
     pool.active = 1
     with pytest.raises(RuntimeError, match="empty pool"):
-        runner.capture(num_steps=5, horizon=10)
+        runner.capture(num_steps=5, horizons={"actions": 10})
 
 
 @pytest.mark.gpu
@@ -323,7 +324,7 @@ def test_modes_agree_with_cuda_graphs_on_gpu():
     streams = {}
     for mode in ("isolated", "oxygen"):
         sched = FrameScheduler(model, SlotPool(**pool_args(model, 16, obs.capacity(12))), mode)
-        assert sched.graphs is not None
+        assert sched.runner.graphs
         out: dict[int, list[int]] = {}
         next_id, f = 0, 0
         while f < len(lengths) or sched.in_flight():

@@ -14,7 +14,7 @@ import torch
 from checkpoint_layouts import feature_stats, openpi_norm_stats, tiny_model, write_lerobot, write_openpi
 
 from oxygen_gym.model import builtin_tokenizer, save_pretrained
-from oxygen_gym.model.prompt import preprocess_image
+from oxygen_gym.model.pi05.prompt import preprocess_image
 from oxygen_gym.policies import MultiTaskPolicy
 from oxygen_gym.policies.checkpoints import CheckpointGuessWarning, UnsupportedCheckpointError, resolve_conventions
 from oxygen_gym.policies.multitask import _seed_for

@@ -12,7 +12,7 @@ from oxygen_gym.engine.frame import FrameInput
 from oxygen_gym.engine.request import Request
 from oxygen_gym.engine.scheduler import FrameScheduler
 from oxygen_gym.engine.slots import SlotPool
-from oxygen_gym.model.init import build_model
+from oxygen_gym.model.pi05.init import build_model
 
 
 @pytest.fixture(scope="module")

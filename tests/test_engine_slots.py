@@ -24,10 +24,10 @@ def _admit(pool: SlotPool, table: RequestTable, r: Request, length: int) -> None
 
 
 def _decode_step(pool: SlotPool, table: RequestTable) -> list[Request]:
-    """One decode step through the real table: fetch the batch, write each request's KV at its position (what the
+    """One decode step through the real table: fetch the batch, write each request's KV at its cache index (what the
     model's decode step does), update (which must record the new lengths in the pool), evict the finished."""
     batch = table.fetch("cpu")
-    for r, pos in zip(batch.requests, batch.positions.tolist()):
+    for r, pos in zip(batch.requests, batch.cache_index.tolist()):
         pool.cache.k[:, r.slot, :, pos] = float(r.request_id)
         pool.cache.v[:, r.slot, :, pos] = -float(r.request_id)
     table.update(batch, [5] * batch.size)  # never EOS: requests end on their budget

@@ -12,7 +12,7 @@ from oxygen_gym.engine.frame import FrameInput
 from oxygen_gym.engine.request import Request
 from oxygen_gym.engine.scheduler import FrameScheduler
 from oxygen_gym.engine.slots import SlotPool
-from oxygen_gym.model.init import build_model
+from oxygen_gym.model.pi05.init import build_model
 
 ARRIVALS = [0, 1, 3, 4, 2, 1, 0, 0, 2, 5, 3, 1, 0, 4, 2, 1, 3]  # repeats every 17 frames
 LENGTHS = [10, 40, 60, 25, 90, 15, 50]  # repeats every 7 frames

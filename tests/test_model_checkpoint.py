@@ -22,7 +22,7 @@ from oxygen_gym.model import (
     load_pretrained,
     save_pretrained,
 )
-from oxygen_gym.model.pi05 import PI05Model
+from oxygen_gym.model.pi05.modeling import PI05Model
 from oxygen_gym.policies.normalize import Normalizer
 
 P = "model.paligemma_with_expert."
@@ -223,7 +223,7 @@ def test_bf16_build_keeps_norms_fp32_and_is_deterministic():
 
 def test_full_size_dims_come_from_lerobot_variant_names():
     """A real pi0.5 checkpoint's header (shapes only, no weights) with lerobot's config.json fields."""
-    from oxygen_gym.model.loading import config_from_checkpoint
+    from oxygen_gym.model.pi05.loading import config_from_checkpoint
 
     real = PI05Config.named("pi05")
     with torch.device("meta"):

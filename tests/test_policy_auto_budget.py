@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from oxygen_gym import LanguageTask, MultiTaskPolicy
-from oxygen_gym.model.config import GemmaDims, PI05Config, VisionDims
-from oxygen_gym.model.init import build_model
+from oxygen_gym.model.pi05.config import GemmaDims, PI05Config, VisionDims
+from oxygen_gym.model.pi05.init import build_model
 from oxygen_gym.model.tokenizer import builtin_tokenizer
 from policy_obs import make_obs
 

@@ -15,8 +15,8 @@ import torch
 
 from oxygen_gym import LanguageTask, MultiTaskPolicy
 from oxygen_gym.engine.stats import FrameLog
-from oxygen_gym.model.config import PI05Config
-from oxygen_gym.model.init import build_model
+from oxygen_gym.model.pi05.config import PI05Config
+from oxygen_gym.model.pi05.init import build_model
 from oxygen_gym.model.tokenizer import builtin_tokenizer
 from policy_obs import make_obs
 

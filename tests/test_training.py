@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from oxygen_gym.model import PI05Config, build_model
-from oxygen_gym.model.training import TrainBatch, forward, losses, sample_time
+from oxygen_gym.model.pi05.training import TrainBatch, forward, losses, sample_time
 
 # Measured worst relative error over these cases: ~2e-7 (fp32); the limits are ~10x that.
 RTOL = 2e-6

@@ -87,33 +87,32 @@ def cached(seeds: list[int]) -> None:
 
 def kernels() -> None:
     from engine_workloads import make_workload, run_workload
-    from oxygen_gym.engine.cuda_graphs import _DecodeGraph, _DenoiseGraph
+    from oxygen_gym.engine.model_api import PrefixState
+    from oxygen_gym.engine.runner import ModelRunner
     from oxygen_gym.engine.slots import SlotPool
     from oxygen_gym.eval.bench.point_runner import pool_args
     from oxygen_gym.eval.bench.workloads import make_observations
     from oxygen_gym.model import cpu_kernels
-    from oxygen_gym.model.init import build_model
+    from oxygen_gym.model.pi05.init import build_model
 
     tiny = build_model("tiny", seed=3)
     obs = make_observations(tiny, "libero", count=5, seed=2)
     pool = SlotPool(**pool_args(tiny, 8, obs.capacity(12)))
-    lengths = []
-    for s, p in enumerate(obs.prefixes):
-        prefix = tiny.embed_prefix(p.images, p.image_masks, p.tokens, p.token_masks)
-        tiny.prefill(pool.view(s, s + 1), prefix)
-        lengths.append(int(prefix.lengths[0]))
+    runner = ModelRunner(tiny, pool, cuda_graphs=False)
+    lengths = [int(runner.prefill(s, 1, p).lengths[0]) for s, p in enumerate(obs.prefixes)]
     pool.active = 5
-    graph = _DenoiseGraph(tiny, pool, 10, obs.horizon)
-    graph.set_inputs(3, torch.tensor([lengths[3]]), obs.noise(0))
-    graph.run()
-    eager = tiny.denoise(pool.view(3, 4), torch.tensor([lengths[3]]), obs.noise(0), 10)
-    print(f"static-shape denoise vs eager: max abs {float((graph.out - eager).abs().max()):.2e}")
+    state = PrefixState(torch.tensor([lengths[3]]), torch.tensor([lengths[3]]))
+    eager = tiny.denoise_head("actions", pool.view(3, 4), state, obs.noise(0), 10)
+    pool.copy(3, pool.scratch, lengths[3])
+    body = runner.denoise_body("actions", 10, state, obs.noise(0))
+    body.load([obs.noise(0), *state.tensors()])
+    print(f"static-shape denoise vs eager: max abs {float((body.run() - eager).abs().max()):.2e}")
     tokens, positions = torch.tensor([5, 6, 7, 8, 9]), torch.tensor(lengths)
     saved = pool.cache.k.clone(), pool.cache.v.clone()
-    step = _DecodeGraph(tiny, pool, 8)
-    step.set_inputs(tokens, positions, 5)
-    step.run()
-    got = step.logits[:5].clone()
+    step = runner.decode_body(8)
+    pad = torch.zeros(3, dtype=torch.long)
+    step.load([torch.cat([tokens, pad]), torch.cat([positions, pad]), torch.cat([positions, pad])])
+    got = step.run()[:5].clone()
     pool.cache.k.copy_(saved[0])
     pool.cache.v.copy_(saved[1])
     print(f"static-shape decode vs eager: max abs {float((got - tiny.decode_step(pool.view(0, 5), tokens, positions)).abs().max()):.2e}")

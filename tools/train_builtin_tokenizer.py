@@ -24,7 +24,7 @@ import sentencepiece as spm
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tools" / "builtin_tokenizer_corpus.txt"
 OUTPUT = ROOT / "oxygen_gym" / "assets" / "builtin_tokenizer.model"
-VOCAB_SIZE = 1024  # oxygen_gym.model.config.BUILTIN_VOCAB
+VOCAB_SIZE = 1024  # oxygen_gym.model.pi05.config.BUILTIN_VOCAB
 
 
 def training_lines(corpus: Path, seed: int = 0) -> list[str]:

@@ -9,10 +9,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from oxygen_gym.model.config import PI05Config
+from oxygen_gym.model.pi05.config import PI05Config
 from oxygen_gym.model.norm_stats import NormStats
-from oxygen_gym.model.prompt import resize_with_pad, tokenize_prompt
-from oxygen_gym.model.training import TrainBatch
+from oxygen_gym.model.pi05.prompt import resize_with_pad, tokenize_prompt
+from oxygen_gym.model.pi05.training import TrainBatch
 from oxygen_gym.policies.language import task_prompt_ids
 from oxygen_gym.policies.normalize import Normalizer
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from oxygen_gym.model.config import PI05Config
-from oxygen_gym.model.init import build_model
-from oxygen_gym.model.loading import load_pretrained, save_pretrained
+from oxygen_gym.model.pi05.config import PI05Config
+from oxygen_gym.model.pi05.init import build_model
+from oxygen_gym.model.pi05.loading import load_pretrained, save_pretrained
 from oxygen_gym.model.tokenizer import tokenizer_for
-from oxygen_gym.model.training import losses
+from oxygen_gym.model.pi05.training import losses
 
 from .dataset import DemoDataset, compute_norm_stats, load_demos
 from .loss_plot import plot_losses

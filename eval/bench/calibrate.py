@@ -2,7 +2,7 @@
 save. Measured on the model's own `decode_step` over a pool whose rows hold a real prefix, outside the scheduler.
 
 CPU paths: `eager` (F.linear, MKL) and `onednn` (prepacked weights, cpu_kernels). CUDA paths: `eager` and
-`cuda_graphs` (CudaGraphRunner's bucketed capture).
+`cuda_graphs` (the model runner's bucketed capture of the same call).
 """
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import time
 import numpy as np
 import torch
 
-from oxygen_gym.engine.cuda_graphs import CudaGraphRunner
+from oxygen_gym.engine.runner import ModelRunner
 from oxygen_gym.engine.slots import SlotPool
 from oxygen_gym.model import cpu_kernels
-from oxygen_gym.model.pi05 import PI05Model
+from oxygen_gym.model.pi05.modeling import PI05Model
 
 from .point_runner import pool_args
 from .workloads import ObservationSet
@@ -39,9 +39,7 @@ def decode_scaling(
     batches = sorted(set(int(b) for b in batches))
     pool = SlotPool(**pool_args(model, max(batches), obs.capacity(8)))
     p = obs.prefixes[0]
-    prefix = model.embed_prefix(p.images, p.image_masks, p.tokens, p.token_masks)
-    model.prefill(pool.view(0, 1), prefix)
-    n = int(prefix.lengths[0])
+    n = int(model.prefill_frame(pool.view(0, 1), p).lengths[0])
     for row in range(1, max(batches)):
         pool.copy(0, row, n)
     pool.active = max(batches)
@@ -51,8 +49,11 @@ def decode_scaling(
     cuda = model.device.type == "cuda"
     for path in kernel_paths(model):
         if path == "cuda_graphs":
-            graphs = CudaGraphRunner(model, pool)
-            step = lambda b: graphs.decode_step(b, tokens[:b], positions[:b])  # noqa: E731
+            runner = ModelRunner(model, pool, cuda_graphs=True)
+
+            def step(b: int):
+                pool.active = b  # the graph pads with the rows after the batch (their index 0 is overwritten)
+                return runner.decode_step(b, tokens[:b], positions[:b], positions[:b])
         else:
             if not cuda:
                 cpu_kernels.set_path(model, path)

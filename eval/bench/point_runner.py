@@ -12,9 +12,9 @@ import torch
 
 from oxygen_gym.engine.parallel import ParallelExecutor
 from oxygen_gym.engine.scheduler import FrameScheduler
-from oxygen_gym.engine.slots import SlotPool, slot_bytes
+from oxygen_gym.engine.slots import SlotPool
 from oxygen_gym.model import cpu_kernels
-from oxygen_gym.model.pi05 import PI05Model
+from oxygen_gym.model.pi05.modeling import PI05Model
 
 from .energy import EnergyMeter
 from .records import FrameRecord, Point
@@ -31,9 +31,9 @@ def model_bytes(model: PI05Model) -> int:
 
 
 def pool_args(model: PI05Model, num_slots: int, capacity: int) -> dict:
-    c = model.config.vlm
+    kv = model.kv_layout
     return dict(
-        num_slots=num_slots, capacity=capacity, layers=c.depth, kv_heads=c.num_kv_heads, head_dim=c.head_dim,
+        num_slots=num_slots, capacity=capacity, layers=kv.layers, kv_heads=kv.kv_heads, head_dim=kv.head_dim,
         device=model.device, dtype=model.dtype,
     )
 
@@ -76,8 +76,8 @@ class Engines:
             return self._parallel[point.S], weight_bytes(self.model) + 2 * cpu_kernels.packed_bytes(self.model) + kv
         pool = SlotPool(**pool_args(self.model, num_slots, capacity))
         engine = FrameScheduler(self.model, pool, point.mode, num_steps=point.S, cuda_graphs=self.cuda_graphs)
-        if engine.graphs is not None:  # capture before the first frame, so no measured frame pays for it
-            engine.graphs.capture(point.S, self.horizon)
+        # capture before the first frame, so no measured frame pays for it (a no-op without graphs)
+        engine.runner.capture(point.S, dict.fromkeys(self.model.action_heads, self.horizon))
         return engine, model_bytes(self.model) + pool.nbytes()
 
     def close(self) -> None:
@@ -87,9 +87,7 @@ class Engines:
 
 
 def _pool_nbytes(model: PI05Model, num_slots: int, capacity: int) -> int:
-    c = model.config.vlm
-    per_slot = slot_bytes(layers=c.depth, kv_heads=c.num_kv_heads, head_dim=c.head_dim, capacity=capacity, dtype=model.dtype)
-    return per_slot * (num_slots + 1)
+    return model.kv_layout.row_bytes(capacity, model.dtype) * (num_slots + 1)
 
 
 def share_frame_tensors(frame) -> None:

@@ -16,7 +16,7 @@ import torch
 from tqdm import tqdm
 
 from oxygen_gym.model import cpu_kernels
-from oxygen_gym.model.init import build_model, count_parameters
+from oxygen_gym.model.pi05.init import build_model, count_parameters
 
 from . import bench_report, calibrate, ideal, metrics, plots, soak, targets
 from .sweep_config import BenchConfig

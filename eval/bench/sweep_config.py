@@ -5,7 +5,7 @@ import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from oxygen_gym.model.config import BUILTIN
+from oxygen_gym.model.pi05.config import BUILTIN
 from oxygen_gym.policies.robots import ROBOTS
 
 from .records import ALL_MODES

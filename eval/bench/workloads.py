@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from oxygen_gym.engine.frame import FrameInput, PrefixInputs
+from oxygen_gym.engine.frame import FrameInput
+from oxygen_gym.model.pi05.inputs import PrefixInputs
 from oxygen_gym.engine.request import Request
-from oxygen_gym.model.pi05 import PI05Model
+from oxygen_gym.model.pi05.modeling import PI05Model
 from oxygen_gym.model.tokenizer import builtin_tokenizer, tokenizer_for
 from oxygen_gym.policies import normalize
 from oxygen_gym.policies.inputs import build_prefix_inputs
@@ -203,9 +204,8 @@ def make_observations(
             tokenizer=tok, max_token_len=cfg.max_token_len, discrete_state=cfg.discrete_state,
             state_normalizer=normalize.Normalizer("IDENTITY"), device=model.device,
         )
-        images_on = sum(bool(m.all()) for m in prefix.image_masks)
         prefixes.append(prefix)
-        lengths.append(images_on * cfg.vision.num_patches + int(prefix.token_masks.sum()))
+        lengths.append(model.prefix_length(prefix))
         instructions.append(instruction)
     if task_prompt:
         prompt_ids = tok.encode(" " + task_prompt.strip() + "\n")

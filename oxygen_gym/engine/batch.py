@@ -16,8 +16,8 @@ from collections import deque
 
 import torch
 
-from ..model.pi05 import PI05Model
-from .frame import FrameInput, FrameResult, FrameStats
+from .frame import FrameInput, FrameProgress, FrameResult, FrameStats
+from .model_api import EngineModel, PrefixState
 from .request import Request, RequestTable
 from .scheduler import FrameScheduler
 from .slots import SlotPool
@@ -44,7 +44,7 @@ class BatchScheduler(FrameScheduler):
 
     def __init__(
         self,
-        model: PI05Model,
+        model: EngineModel,
         pool: SlotPool,
         *,
         num_steps: int | None = None,
@@ -76,45 +76,46 @@ class BatchScheduler(FrameScheduler):
             raise ValueError(f"a batch holds at most one frame per session, got sessions {sessions}")
         for f in frames:
             self.check_frame(f)
-        self.timer.start_frame()
-        self._advanced: dict[tuple[int, int], tuple[Request, list[int]]] = {}
-        self._batch_sizes: list[int] = []
         ks = [k] * len(frames) if isinstance(k, int) else list(k)
         if len(ks) != len(frames) or any(not isinstance(x, int) or x < 0 for x in ks):
             raise ValueError(f"k must be an int >= 0 or one per frame, got {k!r} for {len(frames)} frames")
-        members = set(sessions)
+        self.timer.start_frame()
+        progress = FrameProgress()
 
-        self._admit_waiting_of(members)
+        self._admit_waiting_of(set(sessions))
         first = self.pool.scratch
-        lengths, actions = self._prefill_and_denoise_rows(frames, first)
+        state = self._prefill_rows(frames, first)
+        actions = self._fan_out_rows(frames, first, state)
         for i, f in enumerate(frames):
-            self._admit_new_from(f, first + i, lengths[i])
-        self._decode_sessions(dict(zip(sessions, ks)))
+            self._admit_new_from(f, first + i, state, i)
+        self._decode_sessions(dict(zip(sessions, ks)), progress)
 
         frame_ms, stage_ms = self.timer.read()
         out = []
         for i, f in enumerate(frames):
             # by request id: the order a robot sees must not depend on where companions moved its slots
-            advanced = sorted(((r, t) for (s, _), (r, t) in self._advanced.items() if s == f.session), key=lambda x: x[0].request_id)
+            mine = ((r, t) for (s, _), (r, t) in progress.advanced.items() if s == f.session)
+            advanced = sorted(mine, key=lambda x: x[0].request_id)
             stats = FrameStats(
                 frame=f.frame,
                 frame_ms=frame_ms,
                 stage_ms=dict(stage_ms),
-                batch_sizes=list(self._batch_sizes),
+                batch_sizes=list(progress.batch_sizes),
                 tokens=sum(len(t) for _, t in advanced),
                 active=len(self.table),
                 queued=len(self.waiting),
                 pool_used=self.pool.active,
             )
-            out.append(FrameResult(actions[i : i + 1], advanced, stats))
+            out.append(FrameResult({h: a[i : i + 1] for h, a in actions.items()}, advanced, stats))
         return out
 
     def check_frame(self, frame: FrameInput) -> None:
         """Raise (changing nothing) for a frame that can never run: a request of another session, or too long."""
+        noise = frame.head_noise(self.heads)
         for r in frame.new_requests:
             if r.session != frame.session:
                 raise ValueError(f"request {r.request_id} belongs to session {r.session}, not {frame.session}")
-            self._check_fits(r, frame.prefix, frame.noise.shape[1])
+            self._check_fits(r, frame.prefix, noise)
 
     def drop_session(self, session: int) -> int:
         """Free every request of `session` (a robot that disconnected or reset). Returns how many were dropped."""
@@ -125,38 +126,33 @@ class BatchScheduler(FrameScheduler):
         self.waiting = deque((r, p) for r, p in self.waiting if r.session != session)
         return len(dropped) + queued - len(self.waiting)
 
-    def in_flight_of(self, session: int) -> list[Request]:
-        return [r for r in self.in_flight() if r.session == session]
-
     # ------------------------------------------------------------------ stages
-    def _prefill_and_denoise_rows(self, frames: list[FrameInput], first: int) -> tuple[list[int], torch.Tensor]:
-        """Prefill frame i into row `first + i`, then denoise rows [first, first + len(frames)) as one batch."""
-        b = len(frames)
-        lengths = []
+    def _prefill_rows(self, frames: list[FrameInput], first: int) -> PrefixState:
+        """Prefill frame i into row `first + i`, `prefill_rows` robots per call."""
+        states = []
         with self.timer.stage("prefill"):
-            for start in range(0, b, self.prefill_rows):
+            for start in range(0, len(frames), self.prefill_rows):
                 chunk = frames[start : start + self.prefill_rows]
-                prefix = self.model.embed_prefix(
-                    [torch.cat(cams) for cams in zip(*(f.prefix.images for f in chunk))],
-                    [torch.cat(ms) for ms in zip(*(f.prefix.image_masks for f in chunk))],
-                    torch.cat([f.prefix.tokens for f in chunk]),
-                    torch.cat([f.prefix.token_masks for f in chunk]),
-                )
-                self.model.prefill(self.pool.view(first + start, first + start + len(chunk)), prefix)
-                lengths.append(prefix.lengths)
-        lengths = torch.cat(lengths)
-        noise = torch.cat([f.noise for f in frames])
-        with self.timer.stage("denoise"):
-            if self.graphs is not None and b == 1:
-                actions = self.graphs.denoise(first, lengths, noise, self.num_steps)
-            else:
-                actions = self.model.denoise(self.pool.view(first, first + b), lengths, noise, self.num_steps)
-        return [int(n) for n in lengths], actions
+                inputs = self.model.batch_prefix_inputs([f.prefix for f in chunk])
+                states.append(self.runner.prefill(first + start, len(chunk), inputs))
+        state = PrefixState.cat(states)
+        for i, n in enumerate(state.lengths.tolist()):
+            self.pool.lengths[first + i] = n
+        return state
 
-    def _admit_new_from(self, frame: FrameInput, row: int, n: int) -> None:
+    def _fan_out_rows(self, frames: list[FrameInput], first: int, state: PrefixState) -> dict[str, torch.Tensor]:
+        """Every head denoises rows [first, first + len(frames)) as one batch. Frames name the same heads (a
+        server's sessions share one policy's head list)."""
+        noises = [f.head_noise(self.heads) for f in frames]
+        names = list(noises[0])
+        if any(list(n) != names for n in noises):
+            raise ValueError(f"frames of one batch must denoise the same heads, got {[list(n) for n in noises]}")
+        return {h: self._denoise(h, first, state, torch.cat([n[h] for n in noises])) for h in names}
+
+    def _admit_new_from(self, frame: FrameInput, row: int, state: PrefixState, i: int) -> None:
         """The frame's new requests take slots and a copy of its prefix KV; behind this robot's queue if it has one."""
         for r in frame.new_requests:
-            self._admit_copy(r, frame.prefix, row, n, blocked=self._queued(frame.session))
+            self._admit_copy(r, frame.prefix, row, state, i, blocked=self._queued(frame.session))
 
     def _admit_waiting_of(self, members: set[int]) -> None:
         """Queued requests of this batch's robots take free slots first (FIFO per robot); their prefix is prefilled
@@ -169,13 +165,13 @@ class BatchScheduler(FrameScheduler):
                 r, prefix_inputs = self.waiting[nxt]
                 del self.waiting[nxt]
                 self.table.persist(r)
-            n = self._prefill(prefix_inputs, r.slot)
-            self._start(r, n)
+            state, _ = self._prefill(prefix_inputs, r.slot)
+            self._start(r, state, 0)
 
     def _queued(self, session: int) -> bool:
         return any(r.session == session for r, _ in self.waiting)
 
-    def _decode_sessions(self, steps: dict[int, int]) -> None:
+    def _decode_sessions(self, steps: dict[int, int], progress: FrameProgress) -> None:
         """Decode step j batches the in-flight requests of the sessions with `steps[session] > j` (and no others),
         gathered at the front of the pool. Finished requests leave at once (as in `_decode`)."""
         for j in range(max(steps.values(), default=0)):
@@ -186,6 +182,4 @@ class BatchScheduler(FrameScheduler):
                     return
                 self.table.move_to_front(batch_reqs)
                 batch = self.table.fetch(self.model.device, len(batch_reqs))
-            # CUDA graphs pad the batch with the rows after it, which must be free: only when it is everyone.
-            use_graphs = self.graphs is not None and batch.size == self.pool.active
-            self._decode_step(batch, use_graphs, lambda r: (r.session, r.request_id))
+            self._decode_step(batch, progress, lambda r: (r.session, r.request_id))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -9,22 +10,25 @@ from .request import Request
 
 
 @dataclass
-class PrefixInputs:
-    """Model-ready observation of one frame (batch 1): what a prefill needs, kept for queued requests."""
-
-    images: list[torch.Tensor]
-    image_masks: list[torch.Tensor]
-    tokens: torch.Tensor
-    token_masks: torch.Tensor
-
-
-@dataclass
 class FrameInput:
+    """One observation and what it starts. `prefix`: the model's prefix-input bundle (model_api.py); `noise`: per
+    action head, `[1, horizon, action_dim]` (a bare tensor means the model's first head); the heads named here are
+    the ones denoised this frame."""
+
     frame: int
-    prefix: PrefixInputs
-    noise: torch.Tensor  # [1, horizon, action_dim]
+    prefix: Any
+    noise: torch.Tensor | dict[str, torch.Tensor]
     new_requests: list[Request] = field(default_factory=list)
     session: int = 0  # which robot sent it (a server batches several robots' frames; one policy is session 0)
+
+    def head_noise(self, heads: list[str]) -> dict[str, torch.Tensor]:
+        """Noise per head to denoise, in the model's head order; `heads`: the model's head names."""
+        if isinstance(self.noise, torch.Tensor):
+            return {heads[0]: self.noise}
+        unknown = sorted(set(self.noise) - set(heads))
+        if unknown:
+            raise ValueError(f"noise names unknown action head(s) {unknown}; the model has {heads}")
+        return {h: self.noise[h] for h in heads if h in self.noise}
 
 
 @dataclass
@@ -41,6 +45,22 @@ class FrameStats:
 
 @dataclass
 class FrameResult:
-    actions: torch.Tensor  # [1, horizon, action_dim], model space
+    head_actions: dict[str, torch.Tensor]  # per head, [1, horizon, action_dim], model space (empty: no head ran)
     advanced: list[tuple[Request, list[int]]]  # every request that advanced, with this frame's new tokens
     stats: FrameStats
+
+    @property
+    def actions(self) -> torch.Tensor | None:
+        """The first head's actions (a one-head model's only ones)."""
+        return next(iter(self.head_actions.values()), None)
+
+
+@dataclass
+class FrameProgress:
+    """What one frame has done so far; lives for one frame only (nothing per-frame is kept on the scheduler)."""
+
+    advanced: dict[Any, tuple[Request, list[int]]] = field(default_factory=dict)
+    batch_sizes: list[int] = field(default_factory=list)
+
+    def record(self, key: Any, request: Request, token: int) -> None:
+        self.advanced.setdefault(key, (request, []))[1].append(token)

@@ -8,18 +8,18 @@ import traceback
 import torch
 import torch.multiprocessing as mp
 
-from ..model.pi05 import PI05Model
 from .frame import FrameInput, FrameResult, FrameStats
+from .model_api import EngineModel
 from .request import Request
 from .scheduler import FrameScheduler
 from .slots import SlotPool
 from .timing import STAGES
 
 
-def _worker(role: str, model: PI05Model, pool_args: dict, threads: int, inbox, outbox) -> None:
+def _worker(role: str, model: EngineModel, pool_args: dict, num_steps: int | None, threads: int, inbox, outbox) -> None:
     torch.set_num_threads(threads)
     pool = SlotPool(**pool_args)
-    scheduler = FrameScheduler(model, pool, "isolated")
+    scheduler = FrameScheduler(model, pool, "isolated", num_steps=num_steps)
     while True:
         msg = inbox.get()
         if msg is None:
@@ -40,7 +40,9 @@ class ParallelExecutor:
 
     mode = "parallel"
 
-    def __init__(self, model: PI05Model, pool_args: dict, *, threads: int | None = None) -> None:
+    def __init__(
+        self, model: EngineModel, pool_args: dict, *, num_steps: int | None = None, threads: int | None = None
+    ) -> None:
         ctx = mp.get_context("spawn")
         model.share_memory()
         per_worker = max(1, (threads or torch.get_num_threads()) // 2)
@@ -49,7 +51,7 @@ class ParallelExecutor:
         self._procs = []
         for role in ("action", "language"):
             inbox, outbox = ctx.Queue(), ctx.Queue()
-            p = ctx.Process(target=_worker, args=(role, model, pool_args, per_worker, inbox, outbox), daemon=True)
+            p = ctx.Process(target=_worker, args=(role, model, pool_args, num_steps, per_worker, inbox, outbox), daemon=True)
             p.start()
             self._queues.append((inbox, outbox))
             self._procs.append(p)
@@ -82,7 +84,7 @@ class ParallelExecutor:
                 mine.generated, mine.done, mine.finish_reason = worker_req.generated, worker_req.done, worker_req.finish_reason
                 advanced.append((mine, tokens))
         stats = FrameStats(frame.frame, frame_ms, stage_ms, batch_sizes, sum(batch_sizes), 0, 0, 0)
-        return FrameResult(action.actions, advanced, stats)
+        return FrameResult(action.head_actions, advanced, stats)
 
     def in_flight(self) -> list[Request]:
         return []

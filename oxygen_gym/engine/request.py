@@ -14,7 +14,9 @@ class Request:
     """A language request: the frame's prefix, then `prompt_ids` (the task prompt), then generated tokens.
 
     The cache holds everything except `pending`, the token the next decode step feeds (the prompt's last token
-    before the first step, then the latest sampled one).
+    before the first step, then the latest sampled one). `length` is where the next token's K/V goes (its cache
+    index); `position` is what RoPE sees for it. Both advance by one per token, from the prefix's own values
+    (`PrefixState.lengths` and `.next_positions`), which differ for M-RoPE backbones.
     """
 
     request_id: int
@@ -29,6 +31,7 @@ class Request:
     slot: int = -1
     prefix_len: int = 0
     length: int = 0  # cache positions written for this request
+    position: int = 0  # RoPE position of the next token fed
     pending: int = -1
     generated: list[int] = field(default_factory=list)
     done: bool = False
@@ -54,6 +57,7 @@ class Request:
     def append(self, token: int) -> None:
         self.generated.append(token)
         self.length += 1  # the fed token is now in the cache
+        self.position += 1
         self.pending = token
         if token == self.eos_id:
             self.done, self.finish_reason = True, "stop"
@@ -67,7 +71,8 @@ class DecodeBatch:
 
     requests: list[Request]
     last_tokens: torch.Tensor
-    positions: torch.Tensor
+    cache_index: torch.Tensor  # where each row's fed token is stored
+    positions: torch.Tensor  # its RoPE position
 
     @property
     def size(self) -> int:
@@ -94,8 +99,9 @@ class RequestTable:
         """The decode batch of slots [0, size) (default: every active slot)."""
         reqs = self.by_slot if size is None else self.by_slot[:size]
         tokens = torch.tensor([r.pending for r in reqs], dtype=torch.long, device=device)
-        positions = torch.tensor([r.length for r in reqs], dtype=torch.long, device=device)
-        return DecodeBatch(list(reqs), tokens, positions)
+        index = torch.tensor([r.length for r in reqs], dtype=torch.long, device=device)
+        positions = torch.tensor([r.position for r in reqs], dtype=torch.long, device=device)
+        return DecodeBatch(list(reqs), tokens, index, positions)
 
     def update(self, batch: DecodeBatch, tokens: list[int]) -> None:
         for r, t in zip(batch.requests, tokens, strict=True):

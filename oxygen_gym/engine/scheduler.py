@@ -1,25 +1,24 @@
-"""One frame, per execution mode. Read `_oxygen` top to bottom: prefill into a slot, fan the slot out to the
-action expert, admit language requests, decode k steps for every in-flight request, evict the finished.
+"""One frame, per execution mode (modes.py). Read `_oxygen` top to bottom: prefill into a slot, fan the slot out to
+every action head, admit language requests, decode k steps for every in-flight request, evict the finished.
 
-isolated     action prefill + denoise; every new request gets its own prefill and decodes to completion
-shared       one prefill serves the action expert and the frame's requests, which decode to completion
-oxygen       one prefill; new requests join the in-flight batch; the batch decodes k steps; finished leave
-upper_bound  like oxygen, but each request decodes only k tokens and is dropped (benchmarks' bound)
+The scheduler decides what runs; the runner (runner.py) decides how (eager or CUDA graph); the model is reached only
+through its engine interface (model_api.py). Per-frame state lives in a `FrameProgress` made for that frame.
 """
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
+
 import torch
 
-from ..model.pi05 import PI05Model
-from .cuda_graphs import CudaGraphRunner, use_cuda_graphs
-from .frame import FrameInput, FrameResult, FrameStats, PrefixInputs
+from .frame import FrameInput, FrameProgress, FrameResult, FrameStats
+from .model_api import EngineModel, PrefixState
+from .modes import SCHEDULER_MODES, check_mode
 from .request import Request, RequestTable
+from .runner import ModelRunner
 from .sampling import choose_tokens
 from .slots import SlotPool
 from .timing import StageTimer
-
-MODES = ("isolated", "shared", "oxygen", "upper_bound")
 
 
 class CapacityError(ValueError):
@@ -28,49 +27,41 @@ class CapacityError(ValueError):
 
 class FrameScheduler:
     def __init__(
-        self, model: PI05Model, pool: SlotPool, mode: str, *, num_steps: int | None = None, cuda_graphs: bool | None = None
+        self,
+        model: EngineModel,
+        pool: SlotPool,
+        mode: str,
+        *,
+        num_steps: int | None = None,
+        cuda_graphs: bool | None = None,
     ) -> None:
-        """`cuda_graphs`: replay decode steps and the denoise loop as CUDA graphs (None = on for CUDA; False =
-        eager fallback)."""
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        """`num_steps`: denoise steps of every head (None: each head's own). `cuda_graphs`: replay decode steps and
+        the denoise loops as CUDA graphs (None = on for CUDA; False = eager fallback)."""
+        check_mode(mode, SCHEDULER_MODES)
         self.model = model
         self.pool = pool
         self.mode = mode
-        self.num_steps = num_steps or model.config.num_steps
+        self.num_steps = num_steps
+        self.heads = list(model.action_heads)
+        self.runner = ModelRunner(model, pool, cuda_graphs=cuda_graphs)
         self.table = RequestTable(pool)
-        self.waiting: deque[tuple[Request, PrefixInputs]] = deque()
+        self.waiting: deque[tuple[Request, Any]] = deque()
         self.timer = StageTimer(model.device)
         self.total_queued = 0  # requests that ever had to wait for a slot
-        self.graphs = CudaGraphRunner(model, pool) if use_cuda_graphs(cuda_graphs, model.device) else None
+        self._bodies = {  # the mode table: what one frame does in each mode
+            "isolated": self._isolated,
+            "shared": self._shared,
+            "oxygen": self._oxygen,
+            "upper_bound": self._upper_bound,
+        }
 
     # ------------------------------------------------------------------ public
     def run(self, frame: FrameInput, k: int) -> FrameResult:
-        return self._run(frame, k, getattr(self, f"_{self.mode}"))
+        return self._run(frame, k, self._bodies[self.mode])
 
     def run_language_only(self, frame: FrameInput) -> FrameResult:
-        """Isolated language path alone (the `parallel` baseline's language worker); actions are None."""
-        return self._run(frame, 0, self._isolated_language)
-
-    def _run(self, frame: FrameInput, k: int, body) -> FrameResult:
-        for r in frame.new_requests:
-            self._check_fits(r, frame.prefix, frame.noise.shape[1])
-        self.timer.start_frame()
-        self._advanced: dict[int, tuple[Request, list[int]]] = {}
-        self._batch_sizes: list[int] = []
-        actions = body(frame, k)
-        frame_ms, stage_ms = self.timer.read()
-        stats = FrameStats(
-            frame=frame.frame,
-            frame_ms=frame_ms,
-            stage_ms=stage_ms,
-            batch_sizes=self._batch_sizes,
-            tokens=sum(self._batch_sizes),
-            active=len(self.table),
-            queued=len(self.waiting),
-            pool_used=self.pool.active,
-        )
-        return FrameResult(actions, list(self._advanced.values()), stats)
+        """Isolated language path alone (the `parallel` baseline's language worker); no action head runs."""
+        return self._run(frame, 0, self._language_only)
 
     def in_flight(self) -> list[Request]:
         return list(self.table.by_slot) + [r for r, _ in self.waiting]
@@ -79,83 +70,121 @@ class FrameScheduler:
         self.table.clear()
         self.waiting.clear()
 
+    def steps_of(self, head: str) -> int:
+        return self.num_steps or self.model.action_heads[head].num_steps
+
+    def _run(self, frame: FrameInput, k: int, body) -> FrameResult:
+        noise = frame.head_noise(self.heads)
+        for r in frame.new_requests:
+            self._check_fits(r, frame.prefix, noise)
+        self.timer.start_frame()
+        progress = FrameProgress()
+        actions = body(frame, k, progress)
+        return FrameResult(actions, list(progress.advanced.values()), self._stats(frame.frame, progress))
+
+    def _stats(self, frame: int, progress: FrameProgress) -> FrameStats:
+        frame_ms, stage_ms = self.timer.read()
+        sizes = progress.batch_sizes
+        return FrameStats(frame, frame_ms, stage_ms, sizes, sum(sizes), len(self.table), len(self.waiting), self.pool.active)
+
     # ------------------------------------------------------------------ modes
-    def _oxygen(self, frame: FrameInput, k: int) -> torch.Tensor:
+    def _oxygen(self, frame: FrameInput, k: int, progress: FrameProgress) -> dict[str, torch.Tensor]:
         self._admit_waiting()
         slot, owner = self._frame_slot(frame.new_requests)
-        n, actions = self._prefill_and_denoise(frame, slot)
-        self._admit_new(frame, owner, slot, n)
-        self._decode(steps=k)
+        state, _ = self._prefill(frame.prefix, slot)
+        actions = self._fan_out(frame, slot, state)
+        self._admit_new(frame, owner, slot, state)
+        self._decode(progress, steps=k)
         return actions
 
-    def _upper_bound(self, frame: FrameInput, k: int) -> torch.Tensor:
+    def _upper_bound(self, frame: FrameInput, k: int, progress: FrameProgress) -> dict[str, torch.Tensor]:
         for r in frame.new_requests:
             r.max_new_tokens = min(r.max_new_tokens, k)
-        return self._oxygen(frame, k)
+        return self._oxygen(frame, k, progress)
 
-    def _shared(self, frame: FrameInput, k: int) -> torch.Tensor:
+    def _shared(self, frame: FrameInput, k: int, progress: FrameProgress) -> dict[str, torch.Tensor]:
         slot, owner = self._frame_slot(frame.new_requests)
-        n, actions = self._prefill_and_denoise(frame, slot)
-        self._admit_new(frame, owner, slot, n)
-        self._decode(steps=None)
+        state, _ = self._prefill(frame.prefix, slot)
+        actions = self._fan_out(frame, slot, state)
+        self._admit_new(frame, owner, slot, state)
+        self._decode(progress, steps=None)
         while self.waiting:  # a pool smaller than the frame's task count: the rest run after, still this frame
             self._admit_waiting()
-            self._decode(steps=None)
+            self._decode(progress, steps=None)
         return actions
 
-    def _isolated(self, frame: FrameInput, k: int) -> torch.Tensor:
-        _, actions = self._prefill_and_denoise(frame, self.pool.scratch)
-        self._isolated_language(frame, k)
+    def _isolated(self, frame: FrameInput, k: int, progress: FrameProgress) -> dict[str, torch.Tensor]:
+        """The baseline: every head gets its own prefill, then every request its own prefill and full decode."""
+        actions = {}
+        for head, noise in frame.head_noise(self.heads).items():
+            state, _ = self._prefill(frame.prefix, self.pool.scratch)
+            actions[head] = self._denoise(head, self.pool.scratch, state, noise)
+        self._isolated_language(frame, progress)
         return actions
 
-    def _isolated_language(self, frame: FrameInput, k: int) -> None:
+    def _language_only(self, frame: FrameInput, k: int, progress: FrameProgress) -> dict[str, torch.Tensor]:
+        self._isolated_language(frame, progress)
+        return {}
+
+    def _isolated_language(self, frame: FrameInput, progress: FrameProgress) -> None:
         for r in frame.new_requests:
             with self._manager():
                 slot = self.table.persist(r)
-            n = self._prefill(frame.prefix, slot)
-            self._start(r, n)
-            self._decode(steps=None)
+            state, _ = self._prefill(frame.prefix, slot)
+            self._start(r, state, 0)
+            self._decode(progress, steps=None)
 
     # ------------------------------------------------------------------ stages
-    def _prefill(self, prefix_inputs: PrefixInputs, slot: int) -> int:
+    def _prefill(self, inputs: Any, slot: int) -> tuple[PrefixState, int]:
         with self.timer.stage("prefill"):
-            p = prefix_inputs
-            prefix = self.model.embed_prefix(p.images, p.image_masks, p.tokens, p.token_masks)
-            self.model.prefill(self.pool.view(slot, slot + 1), prefix)
-        self._prefix_lengths = prefix.lengths
-        return int(prefix.lengths[0])
+            state = self.runner.prefill(slot, 1, inputs)
+        n = int(state.lengths[0])
+        self.pool.lengths[slot] = n
+        return state, n
 
-    def _prefill_and_denoise(self, frame: FrameInput, slot: int) -> tuple[int, torch.Tensor]:
-        n = self._prefill(frame.prefix, slot)
+    def _fan_out(self, frame: FrameInput, row: int, state: PrefixState) -> dict[str, torch.Tensor]:
+        """Every action head named by the frame's noise reads the one prefix in `row`."""
+        return {head: self._denoise(head, row, state, noise) for head, noise in frame.head_noise(self.heads).items()}
+
+    def _denoise(self, head: str, row: int, state: PrefixState, noise: torch.Tensor) -> torch.Tensor:
         with self.timer.stage("denoise"):
-            if self.graphs is not None:
-                actions = self.graphs.denoise(slot, self._prefix_lengths, frame.noise, self.num_steps)
-            else:
-                actions = self.model.denoise(self.pool.view(slot, slot + 1), self._prefix_lengths, frame.noise, self.num_steps)
-        return n, actions
+            return self.runner.denoise(head, row, state, noise, self.steps_of(head))
 
-    def _start(self, r: Request, prefix_len: int) -> None:
-        """Write the task prompt after the prefix (all but its last token, which the first decode step feeds)."""
-        r.prefix_len = r.length = prefix_len
+    def _start(self, r: Request, state: PrefixState, row: int) -> None:
+        """Write the task prompt after the prefix (all but its last token, which the first decode step feeds).
+        `row`: the request's row within `state`."""
+        r.prefix_len = r.length = int(state.lengths[row])
+        r.position = int(state.next_positions[row])
         head = r.prompt_ids[:-1]
         if head:
             with self.timer.stage("prefill"):
-                tokens = torch.tensor([head], dtype=torch.long, device=self.model.device)
-                start = torch.tensor([prefix_len], dtype=torch.long, device=self.model.device)
-                self.model.extend(self.pool.view(r.slot, r.slot + 1), tokens, start)
-        r.length = prefix_len + len(head)
+                self.runner.extend(r.slot, head, r.length, r.position)
+        r.length += len(head)
+        r.position += len(head)
         r.pending = r.prompt_ids[-1]
         self.pool.lengths[r.slot] = r.length
 
-    def _decode(self, steps: int | None) -> None:
+    def _decode(self, progress: FrameProgress, steps: int | None) -> None:
         """Decode `steps` tokens for every active request (None: until all are done). Finished requests leave
         the batch right away, so the next step's batch is again the contiguous view [0, active)."""
         step = 0
         while len(self.table) and (steps is None or step < steps):
             with self._manager():
                 batch = self.table.fetch(self.model.device)
-            self._decode_step(batch, self.graphs is not None, lambda r: r.request_id)
+            self._decode_step(batch, progress, lambda r: r.request_id)
             step += 1
+
+    def _decode_step(self, batch, progress: FrameProgress, key) -> None:
+        """One decode step over `batch` (pool rows 0..size): token choice, bookkeeping under `key(request)`, evictions."""
+        with self.timer.stage("decode"):
+            logits = self.runner.decode_step(batch.size, batch.last_tokens, batch.cache_index, batch.positions)
+            tokens = choose_tokens(logits, batch.requests)
+        with self._manager():
+            self.table.update(batch, tokens)
+            for r, t in zip(batch.requests, tokens):
+                progress.record(key(r), r, t)
+            self.table.evict_finished()
+        progress.batch_sizes.append(batch.size)
 
     # ------------------------------------------------------------------ admission
     def _frame_slot(self, new: list[Request]) -> tuple[int, Request | None]:
@@ -165,41 +194,26 @@ class FrameScheduler:
                 return self.table.persist(new[0]), new[0]
         return self.pool.scratch, None
 
-    def _admit_new(self, frame: FrameInput, owner: Request | None, slot: int, n: int) -> None:
+    def _admit_new(self, frame: FrameInput, owner: Request | None, slot: int, state: PrefixState) -> None:
         for r in frame.new_requests:
             if r is owner:
-                self._start(r, n)
+                self._start(r, state, 0)
                 continue
-            self._admit_copy(r, frame.prefix, slot, n, blocked=bool(self.waiting))
+            self._admit_copy(r, frame.prefix, slot, state, 0, blocked=bool(self.waiting))
 
-    def _decode_step(self, batch, use_graphs: bool, key) -> None:
-        """One decode step over `batch` (pool rows 0..size): token choice, bookkeeping under `key(request)`, evictions."""
-        with self.timer.stage("decode"):
-            if use_graphs:
-                logits = self.graphs.decode_step(batch.size, batch.last_tokens, batch.positions)
-            else:
-                logits = self.model.decode_step(self.pool.view(0, batch.size), batch.last_tokens, batch.positions)
-            tokens = choose_tokens(logits, batch.requests)
-        with self._manager():
-            self.table.update(batch, tokens)
-            for r, t in zip(batch.requests, tokens):
-                self._advanced.setdefault(key(r), (r, []))[1].append(t)
-            self.table.evict_finished()
-        self._batch_sizes.append(batch.size)
-
-    def _admit_copy(self, r: Request, prefix: PrefixInputs, src_row: int, n: int, blocked: bool) -> None:
-        """Give `r` a slot holding a copy of row `src_row`'s `n` prefix positions, or queue it (FIFO, with its frame's
-        inputs) when `blocked` (earlier requests wait) or the pool is full."""
+    def _admit_copy(self, r: Request, prefix: Any, src_row: int, state: PrefixState, i: int, blocked: bool) -> None:
+        """Give `r` a slot holding a copy of pool row `src_row`'s prefix (row `i` of `state`), or queue it (FIFO, with
+        its frame's inputs) when `blocked` (earlier requests wait) or the pool is full."""
         with self._manager():
             admitted = not blocked and self.pool.can_allocate()
             if admitted:
                 self.table.persist(r)
-                self.pool.copy(src_row, r.slot, n)
+                self.pool.copy(src_row, r.slot, int(state.lengths[i]))
             else:
                 self.waiting.append((r, prefix))
                 self.total_queued += 1
         if admitted:
-            self._start(r, n)
+            self._start(r, state, i)
 
     def _admit_waiting(self) -> None:
         """Queued requests (FIFO) take free slots before this frame's new ones; their prefix is prefilled again."""
@@ -207,19 +221,20 @@ class FrameScheduler:
             with self._manager():
                 r, prefix_inputs = self.waiting.popleft()
                 self.table.persist(r)
-            n = self._prefill(prefix_inputs, r.slot)
-            self._start(r, n)
+            state, _ = self._prefill(prefix_inputs, r.slot)
+            self._start(r, state, 0)
 
     def _manager(self):
         return self.timer.stage("manager")
 
-    def _check_fits(self, r: Request, prefix: PrefixInputs, horizon: int) -> None:
-        """`horizon`: the action tokens this frame denoises (the policy's chunk, not the config's maximum)."""
+    def _check_fits(self, r: Request, prefix: Any, noise: dict[str, torch.Tensor]) -> None:
+        """`noise`: the heads this frame denoises, at the horizons it denoises (not the config's maximum)."""
         if not r.prompt_ids:
             raise ValueError(f"request {r.request_id} ({r.task}): empty prompt")
-        cameras = sum(bool(m.any()) for m in prefix.image_masks)  # masked cameras are compacted out of the cache
-        n = cameras * self.model.config.vision.num_patches + int(prefix.token_masks[0].sum())
-        need = max(n + horizon, n + len(r.prompt_ids) - 1 + r.max_new_tokens)
+        n = self.model.prefix_length(prefix)
+        heads = self.model.action_heads
+        action_need = max((heads[h].cache_positions(x.shape[1]) for h, x in noise.items()), default=0)
+        need = max(n + action_need, n + len(r.prompt_ids) - 1 + r.max_new_tokens)
         if need > self.pool.capacity:
             raise CapacityError(
                 f"request {r.request_id} ({r.task!r}): prefix {n} + prompt {len(r.prompt_ids)} + max_new_tokens "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ..model.kv import KVCache
+from .kv_cache import KVCache
 
 
 class SlotPool:

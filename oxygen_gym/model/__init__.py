@@ -1,17 +1,18 @@
-"""pi0.5 model core: config, weights, tokenizer and prompt building, and the staged model (prefill, denoise, decode).
+"""Model families behind the engine's interface (oxygen_gym/engine/model_api.py), plus what they share: layers,
+the oneDNN CPU kernel path, tokenizers, dataset statistics. pi0.5 (pi05/) is the first family.
 
-The reference-compatible seam (api.md):
+The reference-compatible seam (docs/api.md):
     from oxygen_gym.model import GemmaDims, VisionDims, PI05Config, load_pretrained
     model = load_pretrained(path, config=cfg, device="cpu", dtype=torch.float32)
     actions = model.sample_actions(images, image_masks, tokens, token_masks, noise=noise, num_steps=10)
 """
-from .config import BUILTIN_VOCAB, GemmaDims, PI05Config, VisionDims
-from .init import build_model, count_parameters
-from .kv import KVCache
-from .loading import CheckpointNotFoundError, load_pretrained, save_pretrained
+from .pi05.config import BUILTIN_VOCAB, GemmaDims, PI05Config, VisionDims
+from .pi05.init import build_model, count_parameters
+from ..engine.kv_cache import KVCache
+from .pi05.loading import CheckpointNotFoundError, load_pretrained, save_pretrained
 from .norm_stats import NormStats, load_norm_stats
-from .pi05 import PI05Model, Prefix
-from .prompt import (
+from .pi05 import PI05Model, Prefix, PrefixInputs
+from .pi05.prompt import (
     clean_instruction,
     discretize_state,
     missing_image,
@@ -29,7 +30,7 @@ from .tokenizer import (
     paligemma_tokenizer,
     tokenizer_for,
 )
-from .weights import CheckpointError, cast_for_inference, checkpoint_keys
+from .pi05.weights import CheckpointError, cast_for_inference, checkpoint_keys
 
 __all__ = [
     "BUILTIN_VOCAB",
@@ -41,6 +42,7 @@ __all__ = [
     "PI05Config",
     "PI05Model",
     "Prefix",
+    "PrefixInputs",
     "SentencePieceTokenizer",
     "Tokenizer",
     "TokenizerNotFoundError",

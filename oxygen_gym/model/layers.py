@@ -48,7 +48,8 @@ class AdaRMSNorm(nn.Module):
         return scale, shift, gate
 
     @staticmethod
-    def apply(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    def modulate(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+        """Normalise `x`, then scale and shift it (a static method: `nn.Module.apply` keeps its meaning)."""
         return (rms_normalize(x) * (1.0 + scale.float()) + shift.float()).to(x.dtype)
 
 

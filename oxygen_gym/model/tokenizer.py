@@ -143,7 +143,7 @@ def find_tokenizer(
     `builtin_default`), else the places of `tokenizer_candidates`. A PaliGemma-vocab model needs a tokenizer of
     exactly that vocabulary; any other needs one no larger than the model's.
     """
-    from .config import BUILTIN_VOCAB
+    from .pi05.config import BUILTIN_VOCAB
 
     if tokenizer is not None:
         if isinstance(tokenizer, (str, Path)):

@@ -1,7 +1,7 @@
 """Which project wrote a checkpoint folder, told from its files alone, and the layouts we refuse with a way out.
 
 Families (what each one's own eval does with the same folder differs: resolve.py):
-- `ours`: config.json with an `oxygen_gym` key (oxygen_gym.model.loading.save_pretrained).
+- `ours`: config.json with an `oxygen_gym` key (oxygen_gym.model.pi05.loading.save_pretrained).
 - `lerobot>=0.5`: lerobot's config.json (`type`) with `use_relative_actions` (added in 0.5.1) or a
   `delta_actions_processor` step in its processor JSON.
 - `lerobot<=0.4.4`: lerobot's config.json without those. lerobot 0.5.0 writes identical files, so this is a guess.
@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from oxygen_gym.model.loading import CONFIG_FILE, OUR_KEY, WEIGHTS_FILE, CheckpointNotFoundError, read_config_json
-from oxygen_gym.model.weights import CheckpointError
+from oxygen_gym.model.pi05.loading import CONFIG_FILE, OUR_KEY, WEIGHTS_FILE, CheckpointNotFoundError, read_config_json
+from oxygen_gym.model.pi05.weights import CheckpointError
 
 OURS = "ours"
 LEROBOT_04 = "lerobot<=0.4.4"

@@ -47,7 +47,7 @@ def _header(weights: Path) -> tuple[int, int, Counter]:
 
 def report(conv: Conventions, prompt: str) -> str:
     """The inspect text for resolved conventions."""
-    from oxygen_gym.model.prompt import prompt_text, tokenize_prompt
+    from oxygen_gym.model.pi05.prompt import prompt_text, tokenize_prompt
 
     c, robot = conv.config, conv.robot
     n_keys, params, dtypes = _header(conv.root / "model.safetensors")

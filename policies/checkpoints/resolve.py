@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from oxygen_gym.model.config import PI05Config
-from oxygen_gym.model.loading import (
+from oxygen_gym.model.pi05.config import PI05Config
+from oxygen_gym.model.pi05.loading import (
     OUR_KEY,
     WEIGHTS_FILE,
     CheckpointNotFoundError,

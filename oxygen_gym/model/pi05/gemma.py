@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from .config import GemmaDims
-from .layers import AdaRMSNorm, GatedMLP, RMSNorm, apply_rope, grouped_attention, linear
+from ..layers import AdaRMSNorm, GatedMLP, RMSNorm, apply_rope, grouped_attention, linear
 
 
 class GemmaAttention(nn.Module):
@@ -60,7 +60,7 @@ class GemmaLayer(nn.Module):
         """
         if self.adaptive:
             (s1, b1, g1), (s2, b2, g2) = mod
-            h = AdaRMSNorm.apply(x, s1, b1)
+            h = AdaRMSNorm.modulate(x, s1, b1)
         else:
             h = self.input_layernorm(x)
         q, k, v = self.self_attn.qkv(h, cos, sin)
@@ -75,7 +75,7 @@ class GemmaLayer(nn.Module):
         out = linear(att, self.self_attn.o_proj)
         if self.adaptive:
             x = x + out * g1.to(out.dtype)
-            out = self.mlp(AdaRMSNorm.apply(x, s2, b2))
+            out = self.mlp(AdaRMSNorm.modulate(x, s2, b2))
             return x + out * g2.to(out.dtype)
         x = x + out
         return x + self.mlp(self.post_attention_layernorm(x))

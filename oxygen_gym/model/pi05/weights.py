@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import torch
 
-from .pi05 import PI05Model
+from .modeling import PI05Model
 
 P = "paligemma_with_expert."
 # (checkpoint key pattern, our parameter name); the first match wins.

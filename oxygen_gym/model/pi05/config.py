@@ -1,4 +1,4 @@
-"""Model dimensions: the reference-compatible seam (api.md) plus the built-in configs."""
+"""Model dimensions: the reference-compatible seam (docs/api.md) plus the built-in configs."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field

@@ -1,4 +1,4 @@
-"""The KV cache object the model reads and writes. The model never owns one: callers pass it in."""
+"""The KV cache object a model reads and writes. Models never own one: the engine (slot pool) passes it in."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,8 +11,9 @@ class KVCache:
     """Keys and values of every layer for a set of rows (requests).
 
     `k`, `v`: `[layers, rows, kv_heads, capacity, head_dim]`. Row `b` of a model call is row `b` here, so a
-    contiguous range of a slot pool is passed as a zero-copy view (`rows(a, b)`). Keys are stored after RoPE,
-    position `p` of a sequence at index `p` (padding is compacted away before prefill).
+    contiguous range of a slot pool is passed as a zero-copy view (`rows(a, b)`). A row's valid entries are its
+    indices [0, length): padding is compacted away before prefill. Keys are stored after RoPE; a token's RoPE
+    position is the model's business (equal to its index for 1D RoPE, not for M-RoPE).
     """
 
     k: torch.Tensor

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .layers import AdaRMSNorm, linear, rope_cos_sin
-from .pi05 import PI05Model, time_embedding
+from ..layers import AdaRMSNorm, linear, rope_cos_sin
+from .modeling import PI05Model, time_embedding
 
 
 @dataclass
@@ -102,7 +102,7 @@ def forward(
         v = torch.cat([v_prefix[:, :, :p], torch.zeros_like(pad)], 2)
         h = layer(h, acos, asin, k, v, slice(p, p + horizon), p + horizon, amask, mods[i])
     scale, shift, _ = mods[-1]
-    velocity = linear(AdaRMSNorm.apply(h, scale, shift).float(), model.action_out_proj)
+    velocity = linear(AdaRMSNorm.modulate(h, scale, shift).float(), model.action_out_proj)
     return velocity, logits
 
 

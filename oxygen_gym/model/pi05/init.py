@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from .config import PI05Config
-from .pi05 import PI05Model
+from .modeling import PI05Model
 from .weights import cast_for_inference
 
 # Draw at most this many numbers at once (bounds the fp32 scratch when filling bf16 weights of the full model).
@@ -34,7 +34,7 @@ POSITION_STD = 0.02
 
 
 def default_dtype(device: str | torch.device) -> torch.dtype:
-    """api.md's rule: float32 on CPU, bfloat16 on CUDA."""
+    """docs/api.md's rule: float32 on CPU, bfloat16 on CUDA."""
     return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
 
 
@@ -58,7 +58,7 @@ def build_model(
 ) -> PI05Model:
     """A randomly initialised pi0.5 model; the same `seed` gives bitwise the same weights.
 
-    `config_or_name` is a `PI05Config` or a built-in name (`tiny`, `small`, `pi05`). `dtype=None` follows api.md
+    `config_or_name` is a `PI05Config` or a built-in name (`tiny`, `small`, `pi05`). `dtype=None` follows docs/api.md
     (float32 on CPU, bfloat16 on CUDA); norms and vision embeddings stay fp32 either way.
     """
     config = PI05Config.named(config_or_name) if isinstance(config_or_name, str) else config_or_name

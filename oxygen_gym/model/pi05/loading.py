@@ -20,8 +20,8 @@ from safetensors.torch import save_file
 
 from .config import BUILTIN, GemmaDims, PI05Config, VisionDims
 from .init import default_dtype, empty_model
-from .norm_stats import NormStats, load_norm_stats, write_lerobot_stats
-from .pi05 import PI05Model
+from ..norm_stats import NormStats, load_norm_stats, write_lerobot_stats
+from .modeling import PI05Model
 from .weights import P, CheckpointError, checkpoint_keys, load_state, to_checkpoint
 
 WEIGHTS_FILE = "model.safetensors"

@@ -1,11 +1,14 @@
-"""pi0.5 with three separable stages over an explicit KV cache: prefill, denoise, decode.
+"""pi0.5 with three separable stages over an explicit KV cache: prefill, denoise, decode (the engine's interface,
+oxygen_gym/engine/model_api.py).
 
 prefill  images + prompt -> the backbone writes the prefix KV into cache rows (bidirectional prefix)
-denoise  the action expert reads a row's prefix KV in place and integrates the flow (Euler, t = 1 -> 0)
+denoise  the action expert (head "actions") reads a row's prefix KV in place and integrates the flow (Euler, t = 1 -> 0)
 extend   new text tokens continue causally after a row's cached sequence (task prompts, decode steps)
 
 Padding (masked cameras, prompt padding) is compacted away before prefill, so a row's cache holds exactly its
-valid tokens at indices 0..n-1, which are also their RoPE positions. Attention masks then follow from lengths.
+valid tokens at indices 0..n-1, which are also their RoPE positions (1D RoPE: position = cache index). Attention
+masks then follow from lengths. Each stage has one body; `static=True` / `read_len=` select the shape-static form
+that CUDA graphs capture (full-capacity reads under a mask, the action tokens at the row's end).
 """
 from __future__ import annotations
 
@@ -16,11 +19,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...engine.kv_cache import KVCache
+from ...engine.model_api import ActionHead, EngineModel, KVLayout, PrefixState
+from ..layers import AdaRMSNorm, linear, rope_cos_sin
 from .config import PI05Config
 from .gemma import GemmaStack
-from .kv import KVCache
-from .layers import AdaRMSNorm, linear, rope_cos_sin
+from .inputs import PrefixInputs
 from .siglip import SiglipVision
+
+ACTION_HEAD = "actions"  # pi0.5 has one action expert
 
 
 @dataclass
@@ -44,7 +51,7 @@ def time_embedding(t: torch.Tensor, width: int, min_period: float, max_period: f
     return torch.cat([torch.sin(x), torch.cos(x)], dim=1).to(t.dtype)
 
 
-class PI05Model(nn.Module):
+class PI05Model(nn.Module, EngineModel):
     def __init__(self, config: PI05Config) -> None:
         super().__init__()
         self.config = config
@@ -70,9 +77,25 @@ class PI05Model(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.embed_tokens.weight.dtype
 
-    def new_cache(self, rows: int, capacity: int) -> KVCache:
+    @property
+    def kv_layout(self) -> KVLayout:
         d = self.config.vlm
-        return KVCache.empty(d.depth, rows, d.num_kv_heads, capacity, d.head_dim, device=self.device, dtype=self.dtype)
+        return KVLayout(d.depth, d.num_kv_heads, d.head_dim)
+
+    @property
+    def action_heads(self) -> dict[str, ActionHead]:
+        c = self.config
+        return {ACTION_HEAD: ActionHead(ACTION_HEAD, c.action_dim, c.action_horizon, c.num_steps, writes_cache=True)}
+
+    def max_prefix_length(self) -> int:
+        return len(self.config.image_slots) * self.config.vision.num_patches + self.config.max_token_len
+
+    def prefix_length(self, inputs: PrefixInputs) -> int:
+        cameras = sum(bool(m.any()) for m in inputs.image_masks)  # masked cameras are compacted out of the cache
+        return cameras * self.config.vision.num_patches + int(inputs.token_masks[0].sum())
+
+    def batch_prefix_inputs(self, inputs) -> PrefixInputs:
+        return PrefixInputs.cat(inputs)
 
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Tied LM head on final-normed hidden states, fp32 logits."""
@@ -117,6 +140,12 @@ class PI05Model(nn.Module):
 
     embed_prefix = torch.inference_mode()(embed_prefix_differentiable)  # what inference calls
 
+    def prefill_frame(self, cache: KVCache, inputs: PrefixInputs) -> PrefixState:
+        """The engine's prefill: embed, then the backbone. 1D RoPE: a continuation starts at position = length."""
+        prefix = self.embed_prefix(inputs.images, inputs.image_masks, inputs.tokens, inputs.token_masks)
+        self.prefill(cache, prefix)
+        return PrefixState(prefix.lengths, prefix.lengths.clone())
+
     @torch.inference_mode()
     def prefill(self, cache: KVCache, prefix: Prefix) -> torch.Tensor:
         """Run the backbone over the prefix, writing KV into cache rows [0, L). Returns final-normed hidden."""
@@ -146,24 +175,44 @@ class PI05Model(nn.Module):
             self._denoise_mods[key] = mods
         return self._denoise_mods[key]
 
+    def denoise_head(
+        self, head: str, cache: KVCache, state: PrefixState, noise: torch.Tensor, num_steps: int, *, static: bool = False
+    ) -> torch.Tensor:
+        if head != ACTION_HEAD:
+            raise ValueError(f"pi0.5 has one action head {ACTION_HEAD!r}, got {head!r}")
+        return self.denoise(cache, state.lengths, noise, num_steps, positions=state.next_positions, static=static)
+
     @torch.inference_mode()
     def denoise(
-        self, cache: KVCache, prefix_lengths: torch.Tensor, noise: torch.Tensor, num_steps: int | None = None
+        self,
+        cache: KVCache,
+        prefix_lengths: torch.Tensor,
+        noise: torch.Tensor,
+        num_steps: int | None = None,
+        *,
+        positions: torch.Tensor | None = None,
+        static: bool = False,
     ) -> torch.Tensor:
         """Integrate the action flow from `noise [B, H, action_dim]` at t=1 to t=0 over the rows' prefixes.
 
-        The action tokens' KV goes into each row's scratch region after the longest prefix and is left there
-        (a language request overwrites it later); the prefix itself is read in place, never copied.
+        The action tokens' KV goes into each row's scratch region after the longest prefix (`static`: the row's last
+        H positions, so nothing depends on the lengths' values) and is left there (a language request overwrites it
+        later); the prefix itself is read in place, never copied. `positions`: RoPE position of the first action
+        token per row (None: the prefix length).
         """
         num_steps = num_steps or self.config.num_steps
         b, horizon, _ = noise.shape
-        p = int(prefix_lengths.max())
-        if p + horizon > cache.capacity:
-            raise ValueError(f"cache capacity {cache.capacity} < prefix {p} + action horizon {horizon}")
-        pos = prefix_lengths[:, None] + torch.arange(horizon, device=noise.device)[None]
+        if static:
+            p = cache.capacity - horizon  # the admission check keeps every prefix within [0, capacity - horizon)
+        else:
+            p = int(prefix_lengths.max())
+            if p + horizon > cache.capacity:
+                raise ValueError(f"cache capacity {cache.capacity} < prefix {p} + action horizon {horizon}")
+        start = prefix_lengths if positions is None else positions
+        pos = start[:, None] + torch.arange(horizon, device=noise.device)[None]
         cos, sin = rope_cos_sin(pos, self.config.expert.head_dim, self.config.rope_base)
         mask = None
-        if bool((prefix_lengths < p).any()):
+        if static or bool((prefix_lengths < p).any()):
             j = torch.arange(p + horizon, device=noise.device)[None]
             key_ok = (j < prefix_lengths[:, None]) | (j >= p)
             mask = key_ok[:, None, :].expand(b, horizon, p + horizon)
@@ -174,7 +223,7 @@ class PI05Model(nn.Module):
             for i, layer in enumerate(self.expert.layers):
                 h = layer(h, cos, sin, cache.k[i], cache.v[i], slice(p, p + horizon), p + horizon, mask, mods[i])
             scale, shift, _ = mods[-1]
-            v_t = linear(AdaRMSNorm.apply(h, scale, shift).float(), self.action_out_proj)
+            v_t = linear(AdaRMSNorm.modulate(h, scale, shift).float(), self.action_out_proj)
             x_t = x_t + dt * v_t
         return x_t
 
@@ -198,28 +247,51 @@ class PI05Model(nn.Module):
 
     # ---------------------------------------------------------------- language
     @torch.inference_mode()
-    def extend(self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
-        """Append `tokens [B, T]` to each row's sequence at positions `start[b] + t`, causally.
+    def extend(
+        self,
+        cache: KVCache,
+        tokens: torch.Tensor,
+        start: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        read_len: int | None = None,
+    ) -> torch.Tensor:
+        """Append `tokens [B, T]` to each row's sequence at cache indices `start[b] + t`, causally, with RoPE
+        positions `positions[b] + t` (None: the cache indices).
 
         Row b attends to its cache positions `[0, start[b] + t]`. Returns final-normed hidden `[B, T, W]`.
+        `read_len`: attend over exactly that many positions under the mask (shape-static, for graph capture).
         """
         b, t = tokens.shape
         dev = tokens.device
-        pos = start[:, None] + torch.arange(t, device=dev)[None]
-        read_len = int(pos.max()) + 1
-        if read_len > cache.capacity:
-            raise ValueError(f"sequence of {read_len} tokens exceeds cache capacity {cache.capacity}")
+        steps = torch.arange(t, device=dev)[None]
+        index = start[:, None] + steps
+        pos = index if positions is None else positions[:, None] + steps
+        static = read_len is not None
+        if not static:
+            read_len = int(index.max()) + 1
+            if read_len > cache.capacity:
+                raise ValueError(f"sequence of {read_len} tokens exceeds cache capacity {cache.capacity}")
         cos, sin = rope_cos_sin(pos, self.config.vlm.head_dim, self.config.rope_base)
         mask = None
-        if b > 1 or t > 1:
-            mask = torch.arange(read_len, device=dev)[None, None, :] <= pos[:, :, None]
+        if static or b > 1 or t > 1:
+            mask = torch.arange(read_len, device=dev)[None, None, :] <= index[:, :, None]
         rows = torch.arange(b, device=dev)[:, None]
         x = (self.embed_tokens(tokens) * math.sqrt(self.config.vlm.width)).to(self.dtype)
         for i, layer in enumerate(self.vlm.layers):
-            x = layer(x, cos, sin, cache.k[i], cache.v[i], (rows, pos), read_len, mask)
+            x = layer(x, cos, sin, cache.k[i], cache.v[i], (rows, index), read_len, mask)
         return self.vlm.norm(x)
 
     @torch.inference_mode()
-    def decode_step(self, cache: KVCache, last_tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """One token per row: feed `last_tokens [B]` at `positions [B]`, return next-token logits `[B, vocab]`."""
-        return self.lm_logits(self.extend(cache, last_tokens[:, None], positions)[:, 0])
+    def decode_step(
+        self,
+        cache: KVCache,
+        last_tokens: torch.Tensor,
+        positions: torch.Tensor,
+        cache_index: torch.Tensor | None = None,
+        read_len: int | None = None,
+    ) -> torch.Tensor:
+        """One token per row: feed `last_tokens [B]` at `positions [B]` (stored at `cache_index`, None: =
+        positions), return next-token logits `[B, vocab]`."""
+        start = positions if cache_index is None else cache_index
+        hidden = self.extend(cache, last_tokens[:, None], start, positions, read_len)
+        return self.lm_logits(hidden[:, 0])

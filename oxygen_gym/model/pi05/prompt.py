@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .tokenizer import Tokenizer
+from ..tokenizer import Tokenizer
 
 STATE_BINS = 256
 MAX_STATE_DIM = 32  # lerobot's max_state_dim

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import VisionDims
-from .layers import linear
+from ..layers import linear
 
 LN_EPS = 1e-6
 
