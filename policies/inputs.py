@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from oxygen_gym.model.pi05.inputs import PrefixInputs
+from oxygen_gym.model.pi05.prefix_inputs import PrefixInputs
 from oxygen_gym.model.pi05.prompt import missing_image, preprocess_image, tokenize_prompt
 
 from .robots import RobotSpec
 
 
 class ObservationError(ValueError):
-    """An observation that does not match the robot's contract (api.md)."""
+    """An observation that does not match the robot's contract (docs/api.md)."""
 
 
 def check_observation(obs, robot: RobotSpec) -> tuple[dict[str, np.ndarray], np.ndarray, str]:

@@ -1,4 +1,4 @@
-"""MultiTaskPolicy: `act(obs) -> (actions, language_updates)` over one shared KV cache (api.md)."""
+"""MultiTaskPolicy: `act(obs) -> (actions, language_updates)` over one shared KV cache (docs/api.md)."""
 from __future__ import annotations
 
 import time

@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def build_policy(args: argparse.Namespace) -> MultiTaskPolicy:
     """The template policy every robot session copies (its model, tokenizer, robot conventions and tasks)."""
     from oxygen_gym import LanguageTask, MultiTaskPolicy
-    from oxygen_gym.eval.libero.eval_config import parse_decode_budget, parse_language_task
+    from oxygen_gym.policies.task_args import parse_decode_budget, parse_language_task
     from oxygen_gym.policies.checkpoints.overrides import ConventionOverrides
 
     names = [] if args.no_language else (args.language_task or ["narrate"])

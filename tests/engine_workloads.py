@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from oxygen_gym.engine.frame import FrameInput
-from oxygen_gym.model.pi05.inputs import PrefixInputs
+from oxygen_gym.model.pi05.prefix_inputs import PrefixInputs
 from oxygen_gym.engine.request import Request
 from oxygen_gym.engine.scheduler import FrameScheduler
 from oxygen_gym.engine.slots import SlotPool

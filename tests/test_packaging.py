@@ -44,12 +44,6 @@ def _installed_modules() -> list[Path]:
     return sorted({f for top in tops for init in top.rglob("__init__.py") for f in init.parent.glob("*.py")})
 
 
-# TODO(engine/model refactor): remove once one of these is renamed. policies/inputs.py checks an observation and
-# builds the policy's model inputs; oxygen_gym/model/pi05/inputs.py (main's pi0.5 family folder) is pi0.5's
-# prefix-input bundle. Allowed, not required: on a tree without the family folder the name is not shared.
-KNOWN_SHARED = {"inputs.py": {"policies/inputs.py", "oxygen_gym/model/pi05/inputs.py"}}
-
-
 def test_no_two_installed_modules_share_a_name():
     """A module's file name says its job, so two files with one name are two jobs under one word (or one job twice)."""
     by_name: dict[str, list[str]] = {}
@@ -57,7 +51,7 @@ def test_no_two_installed_modules_share_a_name():
         if path.name != "__init__.py":
             by_name.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
     shared = {name: paths for name, paths in by_name.items()
-              if len(paths) > 1 and not set(paths) <= KNOWN_SHARED.get(name, set())}
+              if len(paths) > 1}
     assert not shared, f"module file names used more than once: {shared}"
 
 

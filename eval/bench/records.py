@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-K_MODES = ("oxygen", "upper_bound")  # modes whose frames decode k steps; the others decode every request to the end
-ALL_MODES = ("isolated", "parallel", "shared", "oxygen", "upper_bound")
+from oxygen_gym.engine.modes import ALL_MODES, K_MODES  # noqa: F401 - the one definition, re-exported for bench
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from oxygen_gym.engine.frame import FrameInput
-from oxygen_gym.model.pi05.inputs import PrefixInputs
+from oxygen_gym.model.pi05.prefix_inputs import PrefixInputs
 from oxygen_gym.engine.request import Request
 from oxygen_gym.model.pi05.modeling import PI05Model
 from oxygen_gym.model.tokenizer import builtin_tokenizer, tokenizer_for

@@ -18,22 +18,24 @@ class Mode:
     summary: str
     runs_in: str  # "scheduler" (FrameScheduler, in process) | "workers" (ParallelExecutor)
     for_users: bool  # a policy or an evaluation may run in it (upper_bound is a benchmark's bound only)
+    decodes_k: bool  # a request advances k tokens per frame (else it decodes to completion within its frame)
 
 
-MODE_TABLE: dict[str, Mode] = {
+MODE_TABLE: dict[str, Mode] = {  # baseline first, then what each step adds
     m.name: m
     for m in (
-        Mode("oxygen", "one prefill, cross-frame batched decoding of k tokens per request per frame", "scheduler", True),
-        Mode("shared", "one prefill for actions and language; language decodes to completion", "scheduler", True),
-        Mode("isolated", "a prefill per action head and per language request (the baseline)", "scheduler", True),
-        Mode("parallel", "isolated, action and language paths in two worker processes", "workers", True),
-        Mode("upper_bound", "oxygen with each request cut to k tokens (the benchmarks' bound)", "scheduler", False),
+        Mode("isolated", "a prefill per action head and per language request (the baseline)", "scheduler", True, False),
+        Mode("parallel", "isolated, action and language paths in two worker processes", "workers", True, False),
+        Mode("shared", "one prefill for actions and language; language decodes to completion", "scheduler", True, False),
+        Mode("oxygen", "one prefill, cross-frame batched decoding of k tokens per request per frame", "scheduler", True, True),
+        Mode("upper_bound", "oxygen with each request cut to k tokens (the benchmarks' bound)", "scheduler", False, True),
     )
 }
 
 ALL_MODES: tuple[str, ...] = tuple(MODE_TABLE)
 USER_MODES: tuple[str, ...] = tuple(n for n, m in MODE_TABLE.items() if m.for_users)
 SCHEDULER_MODES: tuple[str, ...] = tuple(n for n, m in MODE_TABLE.items() if m.runs_in == "scheduler")
+K_MODES: tuple[str, ...] = tuple(n for n, m in MODE_TABLE.items() if m.decodes_k)
 
 
 def check_mode(mode: str, allowed: tuple[str, ...] = ALL_MODES, field: str = "mode") -> str:

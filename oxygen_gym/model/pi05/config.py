@@ -124,7 +124,7 @@ BUILTIN: dict[str, PI05Config] = {
         vision=VisionDims(width=144, depth=4, mlp_dim=576, num_heads=2),
         vocab_size=BUILTIN_VOCAB,
     ),
-    # The trainable built-in (eval/train, the shipped `libero-spatial` model): pi0.5's structure at a size a 2-core
+    # The trainable built-in (train/, the shipped `libero-spatial` model): pi0.5's structure at a size a 2-core
     # CPU trains in under an hour. Token count drives the cost, so 96 px images in 16 px patches (36 tokens per
     # camera), two cameras, and the unpadded state in the prompt (openpi's convention, ~56 prompt tokens).
     "compact": PI05Config(

@@ -24,7 +24,7 @@ from ...engine.model_api import ActionHead, EngineModel, KVLayout, PrefixState
 from ..layers import AdaRMSNorm, linear, rope_cos_sin
 from .config import PI05Config
 from .gemma import GemmaStack
-from .inputs import PrefixInputs
+from .prefix_inputs import PrefixInputs
 from .siglip import SiglipVision
 
 ACTION_HEAD = "actions"  # pi0.5 has one action expert
