@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from oxygen_gym.engine.cpu_allocator import tune_allocator
 from oxygen_gym.model import cpu_kernels
 from oxygen_gym.model.pi05.init import build_model, count_parameters
 
@@ -108,7 +109,7 @@ class Bench:
         device = torch.device(cfg.device)
         dtype = DTYPES[cfg.dtype] if cfg.dtype else None
         model = build_model(cfg.model, seed=cfg.seed, device=device, dtype=dtype)
-        allocator = device.type == "cpu" and cpu_kernels.tune_allocator()
+        allocator = device.type == "cpu" and tune_allocator()
         if device.type == "cpu":
             path = cpu_kernels.set_path(model, cfg.kernels)
         elif cfg.kernels == "onednn":

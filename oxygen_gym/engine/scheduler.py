@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from .cpu_allocator import tune_allocator
 from .frame import FrameInput, FrameProgress, FrameResult, FrameStats
 from .model_api import EngineModel, PrefixState
 from .modes import SCHEDULER_MODES, check_mode
@@ -48,6 +49,8 @@ class FrameScheduler:
         self.waiting: deque[tuple[Request, Any]] = deque()
         self.timer = StageTimer(model.device)
         self.total_queued = 0  # requests that ever had to wait for a slot
+        if model.device.type == "cpu":
+            tune_allocator()  # every frame frees and re-allocates its activations: keep them in the heap
         self._bodies = {  # the mode table: what one frame does in each mode
             "isolated": self._isolated,
             "shared": self._shared,

@@ -118,34 +118,3 @@ def set_path(model: nn.Module, path: str, max_rows: int = DEFAULT_MAX_ROWS) -> s
     else:
         disable(model)
     return path
-
-
-# glibc mallopt parameters (malloc.h)
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-
-
-def tune_allocator(mmap_threshold: int = 256 << 20, trim_threshold: int = 1 << 30) -> bool:
-    """Keep freed activation buffers in the heap instead of unmapping them (glibc only; process-wide).
-
-    Why: a prefill's activations are a few MB each; by default glibc serves such blocks with mmap and returns them
-    with munmap, so every frame page-faults its activations in again (measured on `small`: a prefill 10-25% slower,
-    depending on what the process allocated before). Raising the mmap and trim thresholds lets the heap reuse them.
-    Child processes started afterwards (the `parallel` baseline's workers) get the same through glibc's environment
-    variables. Returns whether the setting took effect."""
-    import ctypes
-    import ctypes.util
-    import os
-
-    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(int(mmap_threshold)))
-    os.environ.setdefault("MALLOC_TRIM_THRESHOLD_", str(int(trim_threshold)))
-
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
-    try:
-        libc = ctypes.CDLL(name)
-        ok = libc.mallopt(_M_MMAP_THRESHOLD, int(mmap_threshold)) == 1
-        return bool(ok and libc.mallopt(_M_TRIM_THRESHOLD, int(trim_threshold)) == 1)
-    except (OSError, AttributeError):
-        return False
