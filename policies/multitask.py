@@ -1,6 +1,7 @@
 """MultiTaskPolicy: `act(obs) -> (actions, language_updates)` over one shared KV cache (docs/api.md)."""
 from __future__ import annotations
 
+import copy
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -119,12 +120,11 @@ class MultiTaskPolicy:
         self.conventions = None  # a checkpoint's resolved conventions (from_pretrained), for inspection
         self._start_session_state()
 
-    def _start_session_state(self) -> None:
+    def _start_session_state(self, window: int = DEFAULT_WINDOW) -> None:
         """What one robot's stream of act() calls owns (a server session gets its own, see `session`)."""
         self._next_request_id = 0
         self._streams: dict[int, TextStream] = {}
         self._started_at: dict[int, float] = {}
-        window = self._records.window if hasattr(self, "_records") else DEFAULT_WINDOW
         self._records = FrameLog(window)  # running totals + the last frames only: memory stays flat on long runs
         self.frame = 0
         self.last_frame: dict | None = None
@@ -135,14 +135,12 @@ class MultiTaskPolicy:
         `run`, `in_flight`, `reset`, `close`). It shares this policy's model, tokenizer, robot, tasks and normalisers
         (read-only) and has its own frame counter, request ids, text streams, decode budget and stats; it holds no
         KV pool of its own."""
-        import copy
-
         p = copy.copy(self)
         p.engine = engine
         p.pool = None
         p._pool_bytes = 0
         p.budget = copy.deepcopy(self.budget)
-        p._start_session_state()
+        p._start_session_state(self._records.window)
         return p
 
     # ------------------------------------------------------------------ construction

@@ -136,7 +136,7 @@ class BatchScheduler(FrameScheduler):
                 inputs = self.model.batch_prefix_inputs([f.prefix for f in chunk])
                 states.append(self.runner.prefill(first + start, len(chunk), inputs))
         state = PrefixState.cat(states)
-        for i, n in enumerate(state.lengths.tolist()):
+        for i, n in enumerate(state.host_lengths):
             self.pool.lengths[first + i] = n
         return state
 
@@ -165,8 +165,7 @@ class BatchScheduler(FrameScheduler):
                 r, prefix_inputs = self.waiting[nxt]
                 del self.waiting[nxt]
                 self.table.persist(r)
-            state, _ = self._prefill(prefix_inputs, r.slot)
-            self._start(r, state, 0)
+            self._start(r, self._prefill(prefix_inputs, r.slot), 0)
 
     def _queued(self, session: int) -> bool:
         return any(r.session == session for r, _ in self.waiting)

@@ -71,10 +71,21 @@ class PrefixState:
     lengths: torch.Tensor
     next_positions: torch.Tensor
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    _host: tuple[list[int], list[int]] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
-    def rows(self) -> int:
-        return int(self.lengths.shape[0])
+    def host_lengths(self) -> list[int]:
+        """`lengths` as ints, read from the device once (the scheduler's bookkeeping needs them on the host)."""
+        return self._read_host()[0]
+
+    @property
+    def host_positions(self) -> list[int]:
+        return self._read_host()[1]
+
+    def _read_host(self) -> tuple[list[int], list[int]]:
+        if self._host is None:
+            self._host = (self.lengths.tolist(), self.next_positions.tolist())
+        return self._host
 
     def tensors(self) -> list[torch.Tensor]:
         """Every tensor, in a fixed order (the runner copies them into a graph's static buffers)."""
@@ -84,12 +95,6 @@ class PrefixState:
         """The same structure over `tensors` (the order of `tensors()`)."""
         keys = sorted(self.extras)
         return PrefixState(tensors[0], tensors[1], dict(zip(keys, tensors[2:], strict=True)))
-
-    def select(self, start: int, stop: int) -> "PrefixState":
-        """Rows [start, stop)."""
-        return PrefixState(
-            self.lengths[start:stop], self.next_positions[start:stop], {k: v[start:stop] for k, v in self.extras.items()}
-        )
 
     @staticmethod
     def cat(states: Sequence["PrefixState"]) -> "PrefixState":

@@ -59,8 +59,13 @@ class StaticCall:
         self.graph = None
 
     def load(self, inputs: Sequence[torch.Tensor]) -> None:
+        """Copy `inputs` into the buffers; an input shorter than its buffer (a decode batch below its bucket) fills
+        the front rows and the rest are zeroed."""
         for buf, x in zip(self.inputs, inputs, strict=True):
-            buf.copy_(x)
+            n = x.shape[0]
+            buf[:n].copy_(x)
+            if n < buf.shape[0]:
+                buf[n:].zero_()
 
     def run(self) -> torch.Tensor:
         result = self.fn(*self.inputs)
@@ -134,10 +139,8 @@ class ModelRunner:
         batch, which must be free: a batch that is not the whole active range runs eagerly."""
         if not self.graphs or size != self.pool.active:
             return self.model.decode_step(self.pool.view(0, size), last_tokens, positions, cache_index)
-        call = self._decode_call(self.bucket(size))
-        pad = call.inputs[0].shape[0] - size
-        zeros = torch.zeros(pad, dtype=torch.long, device=self.device)
-        return self._replay(call, [torch.cat([x, zeros]) for x in (last_tokens, cache_index, positions)])[:size]
+        call = self._decode_call(self.bucket(size))  # padding rows: token 0 at index 0 (load zeroes them)
+        return self._replay(call, [last_tokens, cache_index, positions])[:size]
 
     def bucket(self, batch: int) -> int:
         for b in self.buckets:

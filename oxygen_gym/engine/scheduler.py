@@ -77,12 +77,12 @@ class FrameScheduler:
         return self.num_steps or self.model.action_heads[head].num_steps
 
     def _run(self, frame: FrameInput, k: int, body) -> FrameResult:
-        noise = frame.head_noise(self.heads)
+        noise = frame.head_noise(self.heads)  # the heads this frame denoises, resolved once
         for r in frame.new_requests:
             self._check_fits(r, frame.prefix, noise)
         self.timer.start_frame()
         progress = FrameProgress()
-        actions = body(frame, k, progress)
+        actions = body(frame, noise, k, progress)
         return FrameResult(actions, list(progress.advanced.values()), self._stats(frame.frame, progress))
 
     def _stats(self, frame: int, progress: FrameProgress) -> FrameStats:
@@ -91,24 +91,24 @@ class FrameScheduler:
         return FrameStats(frame, frame_ms, stage_ms, sizes, sum(sizes), len(self.table), len(self.waiting), self.pool.active)
 
     # ------------------------------------------------------------------ modes
-    def _oxygen(self, frame: FrameInput, k: int, progress: FrameProgress) -> dict[str, torch.Tensor]:
+    def _oxygen(self, frame: FrameInput, noise: dict[str, torch.Tensor], k: int, progress: FrameProgress) -> dict[str, torch.Tensor]:
         self._admit_waiting()
         slot, owner = self._frame_slot(frame.new_requests)
-        state, _ = self._prefill(frame.prefix, slot)
-        actions = self._fan_out(frame, slot, state)
+        state = self._prefill(frame.prefix, slot)
+        actions = self._fan_out(noise, slot, state)
         self._admit_new(frame, owner, slot, state)
         self._decode(progress, steps=k)
         return actions
 
-    def _upper_bound(self, frame: FrameInput, k: int, progress: FrameProgress) -> dict[str, torch.Tensor]:
+    def _upper_bound(self, frame: FrameInput, noise: dict[str, torch.Tensor], k: int, progress: FrameProgress) -> dict[str, torch.Tensor]:
         for r in frame.new_requests:
             r.max_new_tokens = min(r.max_new_tokens, k)
-        return self._oxygen(frame, k, progress)
+        return self._oxygen(frame, noise, k, progress)
 
-    def _shared(self, frame: FrameInput, k: int, progress: FrameProgress) -> dict[str, torch.Tensor]:
+    def _shared(self, frame: FrameInput, noise: dict[str, torch.Tensor], k: int, progress: FrameProgress) -> dict[str, torch.Tensor]:
         slot, owner = self._frame_slot(frame.new_requests)
-        state, _ = self._prefill(frame.prefix, slot)
-        actions = self._fan_out(frame, slot, state)
+        state = self._prefill(frame.prefix, slot)
+        actions = self._fan_out(noise, slot, state)
         self._admit_new(frame, owner, slot, state)
         self._decode(progress, steps=None)
         while self.waiting:  # a pool smaller than the frame's task count: the rest run after, still this frame
@@ -116,16 +116,16 @@ class FrameScheduler:
             self._decode(progress, steps=None)
         return actions
 
-    def _isolated(self, frame: FrameInput, k: int, progress: FrameProgress) -> dict[str, torch.Tensor]:
+    def _isolated(self, frame: FrameInput, noise: dict[str, torch.Tensor], k: int, progress: FrameProgress) -> dict[str, torch.Tensor]:
         """The baseline: every head gets its own prefill, then every request its own prefill and full decode."""
         actions = {}
-        for head, noise in frame.head_noise(self.heads).items():
-            state, _ = self._prefill(frame.prefix, self.pool.scratch)
-            actions[head] = self._denoise(head, self.pool.scratch, state, noise)
+        for head, head_noise in noise.items():
+            state = self._prefill(frame.prefix, self.pool.scratch)
+            actions[head] = self._denoise(head, self.pool.scratch, state, head_noise)
         self._isolated_language(frame, progress)
         return actions
 
-    def _language_only(self, frame: FrameInput, k: int, progress: FrameProgress) -> dict[str, torch.Tensor]:
+    def _language_only(self, frame: FrameInput, noise: dict[str, torch.Tensor], k: int, progress: FrameProgress) -> dict[str, torch.Tensor]:
         self._isolated_language(frame, progress)
         return {}
 
@@ -133,21 +133,19 @@ class FrameScheduler:
         for r in frame.new_requests:
             with self._manager():
                 slot = self.table.persist(r)
-            state, _ = self._prefill(frame.prefix, slot)
-            self._start(r, state, 0)
+            self._start(r, self._prefill(frame.prefix, slot), 0)
             self._decode(progress, steps=None)
 
     # ------------------------------------------------------------------ stages
-    def _prefill(self, inputs: Any, slot: int) -> tuple[PrefixState, int]:
+    def _prefill(self, inputs: Any, slot: int) -> PrefixState:
         with self.timer.stage("prefill"):
             state = self.runner.prefill(slot, 1, inputs)
-        n = int(state.lengths[0])
-        self.pool.lengths[slot] = n
-        return state, n
+        self.pool.lengths[slot] = state.host_lengths[0]
+        return state
 
-    def _fan_out(self, frame: FrameInput, row: int, state: PrefixState) -> dict[str, torch.Tensor]:
+    def _fan_out(self, noise: dict[str, torch.Tensor], row: int, state: PrefixState) -> dict[str, torch.Tensor]:
         """Every action head named by the frame's noise reads the one prefix in `row`."""
-        return {head: self._denoise(head, row, state, noise) for head, noise in frame.head_noise(self.heads).items()}
+        return {head: self._denoise(head, row, state, x) for head, x in noise.items()}
 
     def _denoise(self, head: str, row: int, state: PrefixState, noise: torch.Tensor) -> torch.Tensor:
         with self.timer.stage("denoise"):
@@ -156,8 +154,8 @@ class FrameScheduler:
     def _start(self, r: Request, state: PrefixState, row: int) -> None:
         """Write the task prompt after the prefix (all but its last token, which the first decode step feeds).
         `row`: the request's row within `state`."""
-        r.prefix_len = r.length = int(state.lengths[row])
-        r.position = int(state.next_positions[row])
+        r.prefix_len = r.length = state.host_lengths[row]
+        r.position = state.host_positions[row]
         head = r.prompt_ids[:-1]
         if head:
             with self.timer.stage("prefill"):
@@ -211,7 +209,7 @@ class FrameScheduler:
             admitted = not blocked and self.pool.can_allocate()
             if admitted:
                 self.table.persist(r)
-                self.pool.copy(src_row, r.slot, int(state.lengths[i]))
+                self.pool.copy(src_row, r.slot, state.host_lengths[i])
             else:
                 self.waiting.append((r, prefix))
                 self.total_queued += 1
@@ -224,8 +222,7 @@ class FrameScheduler:
             with self._manager():
                 r, prefix_inputs = self.waiting.popleft()
                 self.table.persist(r)
-            state, _ = self._prefill(prefix_inputs, r.slot)
-            self._start(r, state, 0)
+            self._start(r, self._prefill(prefix_inputs, r.slot), 0)
 
     def _manager(self):
         return self.timer.stage("manager")

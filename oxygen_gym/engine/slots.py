@@ -129,10 +129,6 @@ class SlotPool:
         return self.cache.nbytes()
 
 
-def slot_bytes(*, layers: int, kv_heads: int, head_dim: int, capacity: int, dtype: torch.dtype) -> int:
-    return 2 * layers * kv_heads * capacity * head_dim * torch.tensor([], dtype=dtype).element_size()
-
-
 def default_num_slots(per_slot_bytes: int, device: torch.device | str, cap: int = 64) -> int:
     """Slots that fit a fair share of the device: 30% of free GPU memory, or 10% of RAM on CPU; at most `cap`."""
     device = torch.device(device)
