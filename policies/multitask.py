@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import time
+import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,12 +19,12 @@ from oxygen_gym.engine.scheduler import FrameScheduler
 from oxygen_gym.engine.slots import SlotPool, default_num_slots
 from oxygen_gym.engine.stats import DEFAULT_WINDOW, FrameLog
 from oxygen_gym.engine.timing import peak_memory_bytes, peak_rss_bytes
-from oxygen_gym.model.pi05.config import BUILTIN, PI05Config
-from oxygen_gym.model.pi05.modeling import PI05Model
+from oxygen_gym.engine.model_api import EngineModel
 
-from . import normalize
-from .inputs import build_prefix_inputs, check_observation
-from .language import LanguageTask, LanguageUpdate, TextStream, task_prompt_ids
+from . import normalize, pi05_io  # noqa: F401 - pi05_io registers pi0.5's ModelIO
+from .inputs import check_observation
+from .language import LanguageTask, LanguageUpdate, TextStream
+from .model_io import ModelIO, builtin_names, family_of_builtin, io_for
 from .robots import RobotSpec, get_robot
 
 if TYPE_CHECKING:
@@ -36,6 +37,12 @@ def _seed_for(*parts: int) -> int:
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1, dtype=np.uint64)[0] >> 1)
 
 
+def head_noise_seed(seed: int, frame: int, head: str) -> int:
+    """The seed of `head`'s noise at `frame`: by name, not by place, so a head's actions do not change when other
+    heads are added or dropped, and every mode draws the same noise."""
+    return _seed_for(seed, frame, zlib.crc32(head.encode()))
+
+
 class MultiTaskPolicy:
     """Actions every call, plus language from the same observation through one shared prefill.
 
@@ -44,7 +51,7 @@ class MultiTaskPolicy:
 
     def __init__(
         self,
-        model: PI05Model,
+        model: EngineModel,
         tokenizer,
         *,
         robot: str | RobotSpec = "libero",
@@ -63,10 +70,16 @@ class MultiTaskPolicy:
         state_normalizer: normalize.Normalizer | None = None,
         action_normalizer: normalize.Normalizer | None = None,
         image_resize: str = "pil",
+        heads: list[str] | tuple[str, ...] | None = None,
+        model_io: ModelIO | None = None,
     ) -> None:
         """`action_horizon`: actions act() returns (default: the robot's); `chunk`: actions denoised (default
-        `action_horizon`; a checkpoint's own chunk via from_pretrained). `camera_slots`: robot camera -> model image
-        slot (default: the robot's openpi slots). Normalisers default to openpi's quantiles over `norm_stats`."""
+        `action_horizon`; a checkpoint's own chunk via from_pretrained). `heads`: the action heads act() runs and
+        returns (default: every head of the model, in its order); a head other than the model's first denoises
+        min(chunk, its own horizon) actions. `camera_slots`: robot camera -> model image
+        slot (default: the robot's openpi slots). Normalisers default to openpi's quantiles over `norm_stats`.
+        `model_io`: the family's observation and text conventions (default: the one registered for the model's class,
+        policies/model_io.py)."""
         self.robot = robot if isinstance(robot, RobotSpec) else get_robot(robot)
         if mode not in POLICY_MODES:
             raise ValueError(f"mode: unknown mode {mode!r}; expected one of {POLICY_MODES}")
@@ -77,7 +90,6 @@ class MultiTaskPolicy:
         if len({t.name for t in tasks}) != len(tasks):
             raise ValueError(f"tasks: names must be unique, got {[t.name for t in tasks]}")
         self.model, self.tokenizer, self.tasks, self.mode, self.seed = model, tokenizer, tasks, mode, int(seed)
-        cfg = model.config
         self.horizon = int(action_horizon or self.robot.horizon)
         if self.horizon <= 0:
             raise ValueError(f"action_horizon must be > 0, got {self.horizon}")
@@ -86,18 +98,30 @@ class MultiTaskPolicy:
             raise ValueError(f"chunk ({self.chunk}) must be >= action_horizon ({self.horizon}): actions are cut from it")
         self.camera_slots = dict(camera_slots) if camera_slots is not None else dict(self.robot.cameras)
         self.image_resize = image_resize
-        if self.robot.action_dim > cfg.action_dim:
-            raise ValueError(f"robot {self.robot.name!r} needs {self.robot.action_dim} action dims; model has {cfg.action_dim}")
-        self.num_steps = int(num_steps or cfg.num_steps)
+        self.action_heads = _select_heads(list(model.action_heads), heads)
+        self.action_head = self.action_heads[0]  # the head a one-array act() returns
+        model_heads = model.action_heads
+        for h in self.action_heads:
+            if self.robot.action_dim > model_heads[h].action_dim:
+                raise ValueError(
+                    f"robot {self.robot.name!r} needs {self.robot.action_dim} action dims; head {h!r} has "
+                    f"{model_heads[h].action_dim}"
+                )
+        first = next(iter(model_heads))  # the model's own first head denoises `chunk`; others at most their horizon
+        self.head_chunks = {h: self.chunk if h == first else min(self.chunk, model_heads[h].horizon) for h in self.action_heads}
+        self.num_steps = int(num_steps) if num_steps else None  # None: each head's own steps
         self.budget = make_budget(
             decode_budget, target_action_hz=target_action_hz, horizon=self.horizon, language_deadline_s=language_deadline_s
         )
         self.state_norm = state_normalizer or normalize.from_stats(norm_stats, "state", "observation.state")
         self.action_norm = action_normalizer or normalize.from_stats(norm_stats, "actions", "action")
-        self._task_prompt_ids = {t.name: task_prompt_ids(tokenizer, t.prompt) for t in tasks}
-        self.model_slots = tuple(s for s in cfg.image_slots)
-        self.action_head = next(iter(model.action_heads))  # the head act() returns
+        self.io = model_io or io_for(
+            model, tokenizer, robot=self.robot, camera_slots=self.camera_slots, state_normalizer=self.state_norm,
+            image_resize=image_resize,
+        )
+        self._task_prompt_ids = {t.name: self.io.task_prompt_ids(t.prompt) for t in tasks}
         max_cont = max((len(self._task_prompt_ids[t.name]) + t.max_new_tokens for t in tasks), default=0)
+        # every head writes its chunk after the prefix (one at a time); heads beyond the first have no larger chunk
         capacity = model.max_prefix_length() + max(self.chunk, max_cont)
         kv = model.kv_layout
         per_slot = kv.row_bytes(capacity, model.dtype)
@@ -190,7 +214,7 @@ class MultiTaskPolicy:
         )
         dev = torch.device(device)
         dtype = dtype or default_dtype(dev)
-        if isinstance(name_or_path, str) and name_or_path in BUILTIN:
+        if isinstance(name_or_path, str) and name_or_path in builtin_names():
             return cls._builtin(
                 name_or_path, robot_spec, dev, dtype, overrides, seed=seed, tasks=tasks, decode_budget=decode_budget,
                 target_action_hz=target_action_hz, language_deadline_s=language_deadline_s, mode=mode, **kwargs,
@@ -214,47 +238,35 @@ class MultiTaskPolicy:
     @classmethod
     def _builtin(cls, name: str, robot: RobotSpec, dev, dtype, overrides: ConventionOverrides, *, seed: int,
                  **kwargs) -> "MultiTaskPolicy":
-        """A random-weight built-in model: the robot's slots and horizon, no statistics unless given. Of the
-        overrides (already validated), the ones a built-in has use for apply; asset_id, family, revision do not."""
-        from oxygen_gym.model.pi05.init import build_model
-        from oxygen_gym.model.tokenizer import find_tokenizer
-
-        from .checkpoints import map_cameras
-        from .checkpoints.resolve import _stats
-
-        o = overrides
-        cfg = PI05Config.named(name)
-        if o.discrete_state is not None:
-            cfg = PI05Config(**{**cfg.to_dict(), "discrete_state": bool(o.discrete_state)})
-        slots = map_cameras(robot, cfg.image_slots, o.camera_map)[0] if o.camera_map is not None else None
-        stats = _stats(Path("."), "ours", o.norm_stats, None)[0] if o.norm_stats is not None else None
-        tok = find_tokenizer(cfg.vocab_size, None, o.tokenizer)[0]
-        model = build_model(cfg, seed=seed, device=dev, dtype=dtype)
-        kwargs.setdefault("action_horizon", o.action_horizon)
-        return cls(model, tok, robot=robot, seed=seed, norm_stats=stats, camera_slots=slots,
-                   image_resize=o.image_resize or "pil", **kwargs)
+        """A random-weight built-in model of any registered family (policies/model_io.py)."""
+        model, tok, family_kwargs = family_of_builtin(name).build_builtin(name, robot, dev, dtype, overrides, seed)
+        kwargs.setdefault("action_horizon", overrides.action_horizon)
+        return cls(model, tok, robot=robot, seed=seed, **family_kwargs, **kwargs)
 
     # ------------------------------------------------------------------ the loop
     def model_inputs(self, obs: dict):
-        """What act() feeds the model for `obs`: images per slot (absent ones masked), prompt tokens and mask
-        (`PrefixInputs`). Checks the observation; touches no engine state."""
+        """What act() feeds the model for `obs` (the family's prefix bundle: for pi0.5 images per slot, absent ones
+        masked, prompt tokens and mask). Checks the observation; touches no engine state."""
         images, state, prompt = check_observation(obs, self.robot)
-        cfg = self.model.config
-        return build_prefix_inputs(
-            images, state, prompt, robot=self.robot, model_slots=self.model_slots, image_size=cfg.vision.image_size,
-            tokenizer=self.tokenizer, max_token_len=cfg.max_token_len, discrete_state=cfg.discrete_state,
-            state_normalizer=self.state_norm, state_pad_to=cfg.state_pad_to, device=self.model.device,
-            camera_slots=self.camera_slots, image_resize=self.image_resize,
-        )
+        return self.io.prefix_inputs(images, state, prompt)
 
-    def act(self, obs: dict) -> tuple[np.ndarray, list[LanguageUpdate]]:
+    def frame_noise(self, frame: int) -> dict[str, torch.Tensor]:
+        """Each head's noise `[1, chunk, action_dim]` for `frame`, from a generator seeded by (seed, frame, head)."""
+        out = {}
+        for h in self.action_heads:
+            gen = torch.Generator().manual_seed(head_noise_seed(self.seed, frame, h))
+            dim = self.model.action_heads[h].action_dim
+            out[h] = torch.randn(1, self.head_chunks[h], dim, generator=gen).to(self.model.device)
+        return out
+
+    def act(self, obs: dict) -> tuple[np.ndarray | dict[str, np.ndarray], list[LanguageUpdate]]:
+        """One frame: actions (robot units) and the language updates it advanced. A one-head policy returns one
+        array `(action_horizon, action_dim)`; with several heads, a dict head name -> array (`action_heads`)."""
         if self._closed:
             raise RuntimeError("policy is closed")
-        cfg = self.model.config
         prefix = self.model_inputs(obs)
         frame = self.frame
-        noise_gen = torch.Generator().manual_seed(_seed_for(self.seed, frame))
-        noise = {self.action_head: torch.randn(1, self.chunk, cfg.action_dim, generator=noise_gen).to(self.model.device)}
+        noise = self.frame_noise(frame)
         new = [self._new_request(t, frame) for t in self.tasks if frame % t.every == 0]
         in_flight = self.engine.in_flight() + new
         now = time.perf_counter()
@@ -266,19 +278,24 @@ class MultiTaskPolicy:
         for r in new:
             self._started_at[r.request_id] = now
         self.budget.observe(result.stats.stage_ms, result.stats.batch_sizes, result.stats.stage_ms["decode"])
-        actions = result.head_actions[self.action_head][0, : self.horizon, : self.robot.action_dim].float().cpu().numpy()
-        actions = self.robot.actions_from_model(self.action_norm.unnormalize(actions)).astype(np.float32)
+        per_head = {h: self._robot_actions(result.head_actions[h]) for h in self.action_heads}
+        actions = per_head[self.action_head] if len(per_head) == 1 else per_head
         updates = [self._update(r, toks) for r, toks in result.advanced]
         self._record(result.stats, k)
         return actions, updates
 
+    def _robot_actions(self, model_actions: torch.Tensor) -> np.ndarray:
+        """One head's `[1, chunk, dim]` model-space actions as `(horizon, robot action_dim)` in robot units."""
+        a = model_actions[0, : self.horizon, : self.robot.action_dim].float().cpu().numpy()
+        return self.robot.actions_from_model(self.action_norm.unnormalize(a)).astype(np.float32)
+
     def _new_request(self, task: LanguageTask, frame: int) -> Request:
         rid = self._next_request_id
         self._next_request_id += 1
-        self._streams[rid] = TextStream(self.tokenizer.decode, frozenset({self.tokenizer.eos_id}))
+        self._streams[rid] = TextStream(self.io.decode, frozenset({self.io.eos_id}))
         return Request(
             request_id=rid, task=task.name, frame=frame, prompt_ids=list(self._task_prompt_ids[task.name]),
-            max_new_tokens=task.max_new_tokens, eos_id=self.tokenizer.eos_id, temperature=task.temperature,
+            max_new_tokens=task.max_new_tokens, eos_id=self.io.eos_id, temperature=task.temperature,
             seed=_seed_for(self.seed, rid, 1),
         )
 
@@ -348,3 +365,18 @@ class MultiTaskPolicy:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+
+def _select_heads(model_heads: list[str], heads) -> list[str]:
+    """`heads` (None: all) checked against the model's, kept in the order given."""
+    if heads is None:
+        return list(model_heads)
+    if isinstance(heads, str) or not heads:
+        raise ValueError(f"heads: expected a non-empty list of head names out of {model_heads}, got {heads!r}")
+    heads = list(heads)
+    unknown = [h for h in heads if h not in model_heads]
+    if unknown:
+        raise ValueError(f"heads: unknown action head(s) {unknown}; this model has {model_heads}")
+    if len(set(heads)) != len(heads):
+        raise ValueError(f"heads: names repeat in {heads}")
+    return heads

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", default="tiny", help="built-in model (tiny | small | pi05) or a pi0.5 checkpoint")
+    parser.add_argument("--checkpoint", default="tiny", help="built-in model (tiny | small | pi05 | multi-tiny | xr0-tiny | ...) or a checkpoint folder")
     parser.add_argument("--robot", default="libero", choices=("libero", "droid", "aloha"), help="robot family (observation keys)")
     parser.add_argument("--task", action="append", default=None, metavar="NAME[=PROMPT]", dest="language_task",
                         help="language task(s) served with the actions (default: narrate); repeatable")
@@ -39,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-message-mb", type=float, default=32.0, help="largest accepted message (default 32 MB)")
     parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     parser.add_argument("--seed", type=int, default=0, help="weights of built-in models, action noise")
+    parser.add_argument("--heads", type=lambda s: [h for h in s.split(",") if h], default=None,
+                        help="action heads to run, comma list (default: every head of the model)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch intra-op threads; size it to the cores the server really has beside its clients")
     parser.add_argument("--max-seconds", type=float, default=None, help="stop by itself after this long")
@@ -58,7 +60,7 @@ def build_policy(args: argparse.Namespace) -> MultiTaskPolicy:
     budget = parse_decode_budget(args.decode_budget)
     return MultiTaskPolicy.from_pretrained(
         args.checkpoint, robot=args.robot, tasks=tasks, decode_budget=budget, target_action_hz=args.target_action_hz,
-        mode="oxygen", device=args.device, seed=args.seed, num_slots=1,
+        mode="oxygen", device=args.device, seed=args.seed, num_slots=1, heads=args.heads,
         **ConventionOverrides.from_args(args).as_kwargs(),
     )
 

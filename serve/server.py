@@ -107,6 +107,7 @@ class PolicyServer:
             "robot": t.robot.name,
             "action_horizon": int(t.horizon),
             "action_dim": int(t.robot.action_dim),
+            "action_heads": list(t.action_heads),
             "tasks": [{"name": x.name, "prompt": x.prompt, "max_new_tokens": x.max_new_tokens, "every": x.every} for x in t.tasks],
             "decode_budget": getattr(t.budget, "k", "auto"),
             "session": session,
@@ -170,6 +171,7 @@ class PolicyServer:
                 return wire.packb(await self._control(loop, policy, obs["__ctrl__"]))
             policy_obs = to_policy_obs(obs, policy.robot, self.config.default_prompt)
             actions, updates = await loop.run_in_executor(self._threads, policy.act, policy_obs)
+            heads = actions if isinstance(actions, dict) else {policy.action_head: actions}
         except (wire.WireError, ObservationKeyError, ObservationError) as e:
             return f"oxygen-gym serve: bad message: {e}"
         except Exception:  # noqa: BLE001 - the server and the connection survive; the client gets the traceback
@@ -180,7 +182,8 @@ class PolicyServer:
             timing["prev_total_ms"] = prev_total_ms
         return wire.packb(
             {
-                "actions": actions,
+                "actions": heads[policy.action_head],  # the first head's chunk: what openpi-client reads
+                "heads": heads,  # every head's chunk under its name (one entry for a one-head model)
                 "language": [
                     {
                         "request_id": u.request_id, "task": u.task, "frame": u.frame, "new_token_ids": list(u.new_token_ids),

@@ -17,7 +17,7 @@ from oxygen_gym.model import builtin_tokenizer, save_pretrained
 from oxygen_gym.model.pi05.prompt import preprocess_image
 from oxygen_gym.policies import MultiTaskPolicy
 from oxygen_gym.policies.checkpoints import CheckpointGuessWarning, UnsupportedCheckpointError, resolve_conventions
-from oxygen_gym.policies.multitask import _seed_for
+from oxygen_gym.policies.multitask import head_noise_seed
 
 INSTRUCTION = "put the bowl_on the plate"
 BINS = np.linspace(-1, 1, 257)[:-1]
@@ -59,7 +59,7 @@ def load(path, **kw):
 def expected_actions(model, policy, obs, chunk, n, unnormalize):
     """The model's raw chunk for act()'s own inputs and noise, cut to n x robot dims, then unnormalised by hand."""
     inputs = policy.model_inputs(obs)
-    noise = torch.randn(1, chunk, 32, generator=torch.Generator().manual_seed(_seed_for(policy.seed, 0)))
+    noise = torch.randn(1, chunk, 32, generator=torch.Generator().manual_seed(head_noise_seed(policy.seed, 0, "actions")))
     raw = model.sample_actions(inputs.images, inputs.image_masks, inputs.tokens, inputs.token_masks, noise=noise,
                                num_steps=10)
     return unnormalize(raw[0, :n, :policy.robot.action_dim].double().numpy())

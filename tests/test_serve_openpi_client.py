@@ -81,6 +81,31 @@ def test_openpi_client_libero_actions_and_language(libero):
     client._ws.close()
 
 
+def test_a_multi_head_server_returns_the_first_head_as_actions_and_every_head_by_name():
+    """openpi-client reads `actions` unchanged (the first head's chunk); `heads` carries each head under its name."""
+    from oxygen_gym import MultiTaskPolicy
+    from oxygen_gym.serve.observations import to_policy_obs
+
+    server = start_server("aloha", ["--checkpoint", "multi-tiny", "--robot", "aloha", "--max-robots", "1", "--max-new-tokens", "3"],
+                          threads=1, max_seconds=240, startup_s=180)
+    try:
+        client = WebsocketClientPolicy("127.0.0.1", server.port)
+        assert client.get_server_metadata()["action_heads"] == ["actions", "fast", "long"]
+        obs = openpi_observation("aloha", np.random.default_rng(3), "fold the towel")
+        out = client.infer(obs)
+        client._ws.close()
+    finally:
+        server.stop()
+    assert sorted(out["heads"]) == ["actions", "fast", "long"]
+    assert out["heads"]["fast"].shape == (10, 14) and out["heads"]["long"].shape == SHAPES["aloha"]
+    np.testing.assert_array_equal(out["actions"], out["heads"]["actions"])
+    # the same frame from a local policy: every head equal (the server's one session is frame 0 of seed 0)
+    with MultiTaskPolicy.from_pretrained("multi-tiny", robot="aloha", num_slots=2) as local:
+        want, _ = local.act(to_policy_obs(obs, local.robot, "do something"))
+    for h, a in want.items():
+        np.testing.assert_allclose(out["heads"][h], a, atol=1e-5, err_msg=h)
+
+
 @pytest.mark.parametrize("robot", ["aloha", "droid"])
 def test_openpi_client_aloha_and_droid_keys(robot):
     server = _server(robot, "--max-robots", "1")

@@ -34,7 +34,7 @@ def _onoff(text: str) -> bool | None:
 
 # option -> (BenchConfig field, argparse kwargs)
 OPTIONS = {
-    "--model": ("model", dict(help="built-in model dims: tiny | small | pi05 (random weights)")),
+    "--model": ("model", dict(help="built-in model (random weights): tiny | small | pi05 | multi-tiny | multi-small | xr0-tiny | xr0-small | xr0")),
     "--robot": ("robot", dict(help="observation shapes: libero (2 cameras) | droid (2) | aloha (3)")),
     "--device": ("device", dict(help="cpu | cuda | cuda:N")),
     "--dtype": ("dtype", dict(help="float32 | bfloat16 (default: float32 on CPU, bfloat16 on CUDA)")),
@@ -43,6 +43,7 @@ OPTIONS = {
     "--N": ("N", dict(type=_ints, help="tokens per request, comma list")),
     "--k": ("k", dict(type=_ints, help="decode steps per frame (oxygen, upper_bound), comma list")),
     "--S": ("S", dict(type=_ints, help="denoise steps; the first is the main sweep's, the rest add heatmap columns")),
+    "--heads": ("heads", dict(type=_ints, help="action experts fanned out from each prefill (the model's first E heads), comma list")),
     "--workloads": ("workloads", dict(type=_names, help="fixed[:R], uniform:R, poisson:R, mixed:S/L[:p] (comma list)")),
     "--frames": ("frames", dict(type=int, help="measured frames per point, after warm-up")),
     "--warmup": ("warmup", dict(type=int, help="warm-up frames per point (default: until the batch is full, +2)")),

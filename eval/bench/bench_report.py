@@ -53,8 +53,9 @@ def markdown(results: dict) -> str:
             "",
         ]
     cuda = any("energy_j_per_request" in p for p in results["points"])
+    experts = any(p.get("E", 1) != 1 for p in results["points"])  # a --heads sweep: an E column
     head = [
-        "workload", "mode", "N", "k", "S", "T p50 ms", "T p99 ms", "ideal ms", "formula", "eff", "action Hz", "tok/s",
+        "workload", "mode", "N", "k", "S", *(["E"] if experts else []), "T p50 ms", "T p99 ms", "ideal ms", "formula", "eff", "action Hz", "tok/s",
         "batch", "speedup", "prefill", "denoise", "decode", "manager", "mgr %", "held MB",
     ]
     peak = any(p.get("peak_memory_bytes") for p in results["points"])  # measured on CUDA only (metrics.py)
@@ -70,7 +71,7 @@ def markdown(results: dict) -> str:
             continue
         s = p["stage_ms"]
         row = [
-            p["workload"], p["mode"], p["N"], p["k"] or "-", p["S"], _f(p["frame_ms_p50"]), _f(p["frame_ms_p99"]),
+            p["workload"], p["mode"], p["N"], p["k"] or "-", p["S"], *([p.get("E", 1)] if experts else []), _f(p["frame_ms_p50"]), _f(p["frame_ms_p99"]),
             _f(p.get("ideal_frame_ms")), p.get("ideal_formula", ""), _f(p.get("efficiency"), 3), _f(p["action_hz"], 2),
             _f(p["language_tokens_per_s"], 1), _f(p["mean_batch_size"], 1), _f(p.get("speedup_vs_isolated"), 2),
             _f(s["prefill"]), _f(s["denoise"]), _f(s["decode"]), _f(s["manager"], 2), _f(p["manager_share"], 2, pct=True),
@@ -87,6 +88,8 @@ def markdown(results: dict) -> str:
         "stage columns are mean ms per frame (parallel: summed over both workers).",
         "",
     ]
+    if experts:
+        lines += expert_table(results["points"])
     targets = results.get("targets") or []
     if targets:
         lines += ["## Targets", "", "| target | value | needs | met | note |", "| --- | --- | --- | --- | --- |"]
@@ -129,3 +132,32 @@ def markdown(results: dict) -> str:
             lines.append(f"- `{info['file']}`" if info.get("file") else f"- {name}: not drawn ({info.get('skipped')})")
         lines.append("")
     return "\n".join(lines)
+
+
+def expert_table(points: list[dict]) -> list[str]:
+    """Paper Table 4's view of a --heads sweep: per expert count E, isolated (a prefill per expert) against oxygen
+    and shared (one prefill for all), and the prefill time one frame saves: (prefills isolated ran - 1) x P."""
+    lines = [
+        "## Action experts on one prefill (paper Table 4)",
+        "",
+        "| E | N | k | isolated ms | shared ms | oxygen ms | speedup (oxygen) | ideal speedup | prefill saved ms/frame |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    measured = [p for p in points if "frame_ms_mean" in p and p["workload"] == "fixed"]
+    keys = sorted({(p.get("E", 1), p["N"], p["k"]) for p in measured if p["mode"] == "oxygen"})
+    for e, n, k in keys:
+        def pick(mode, kk=None):
+            return next((p for p in measured if p["mode"] == mode and p.get("E", 1) == e and p["N"] == n and p["k"] == kk), None)
+
+        iso, sh, ox = pick("isolated"), pick("shared"), pick("oxygen", k)
+        saved = None
+        if ox and ox.get("ideal_terms_ms", {}).get("P") is not None:
+            saved = e * ox["ideal_terms_ms"]["P"]  # isolated's per-expert prefills that sharing folds into one
+        lines.append(
+            f"| {e} | {n} | {k} | {_f(iso and iso['frame_ms_mean'])} | {_f(sh and sh['frame_ms_mean'])} | "
+            f"{_f(ox['frame_ms_mean'])} | {_f(ox.get('speedup_vs_isolated'), 2)} | {_f(ox.get('ideal_speedup_vs_isolated'), 2)} | "
+            f"{_f(saved)} |"
+        )
+    lines += ["", "Mean frame ms; speedup = isolated / oxygen at the same E, N. Prefill saved: E x P (isolated runs "
+              "E + 1 prefills per frame, oxygen one: E expert prefills and the request's own fold into it).", ""]
+    return lines

@@ -3,14 +3,17 @@
 Stage costs come from the run's measured frames (warm-up excluded; all modes but `parallel`, whose two workers run on
 half the threads each; estimated per group of interleaved points, which share the machine's load at the time): P, one prefill (the prefill stage divided by the prefills the frame ran);
 D, one denoise at S steps; d(B), one decode step at batch B (from frames whose decode steps all ran at batch B).
-A frame's ideal time is then `prefills * P + D + sum of d(B) over its decode steps`, which for the default workload
-(one N-token request per frame) is the paper's closed form:
+A frame's ideal time is then `prefills * P + E D + sum of d(B) over its decode steps` (E: action experts, each a
+denoise D; D is measured per expert), which for the default workload (one N-token request per frame, E = 1) is the
+paper's closed form:
 
     isolated     2P + D + N d(1)
     shared        P + D + N d(1)
     oxygen        P + D + k d(N/k)
     upper_bound   P + D + k d(1)        (each request decodes only k tokens)
     parallel     max(P + D, P + N d(1)) (the two workers overlapping perfectly)
+
+With E experts, isolated gives each its own prefill ((E + 1) P + E D + N d(1)); the sharing modes still run one.
 
 Efficiency = ideal / measured: how much of the frame is the model's own work. The ideal assumes the default
 one-token continuation prompt; a longer task prompt's extension is timed as prefill and lands in P.
@@ -31,6 +34,19 @@ FORMULAS = {
     "upper_bound": "P + D + k d(1)",
     "parallel": "max(P + D, P + N d(1))",
 }
+
+
+def expert_formula(mode: str, E: int) -> str:
+    """The closed form for E experts (the paper's for E = 1)."""
+    if E == 1:
+        return FORMULAS.get(mode, "")
+    return {
+        "isolated": f"{E + 1}P + {E}D + N d(1)",
+        "shared": f"P + {E}D + N d(1)",
+        "oxygen": f"P + {E}D + k d(N/k)",
+        "upper_bound": f"P + {E}D + k d(1)",
+        "parallel": f"max({E}P + {E}D, P + N d(1))",
+    }.get(mode, "")
 
 
 @dataclass
@@ -90,7 +106,7 @@ def estimate(runs: list[tuple[Point, list[FrameRecord]]], fallback: StageCosts |
                 continue
             if r.prefills > 0 and not r.queue_involved:
                 per_prefill.append(r.stage_ms["prefill"] / r.prefills)
-            denoise[point.S].append(r.stage_ms["denoise"])
+            denoise[point.S].append(r.stage_ms["denoise"] / point.E)
             if r.batch_sizes and len(set(r.batch_sizes)) == 1:
                 decode[r.batch_sizes[0]].append(r.stage_ms["decode"] / len(r.batch_sizes))
     costs = StageCosts(
@@ -108,17 +124,17 @@ def estimate(runs: list[tuple[Point, list[FrameRecord]]], fallback: StageCosts |
     return costs
 
 
-def frame_ideal(mode: str, record: FrameRecord, S: int, costs: StageCosts) -> tuple[float, bool]:
-    """(ideal ms of one measured frame, whether every d(B) it used was measured)."""
+def frame_ideal(mode: str, record: FrameRecord, S: int, costs: StageCosts, E: int = 1) -> tuple[float, bool]:
+    """(ideal ms of one measured frame of E experts, whether every d(B) it used was measured)."""
     exact = True
     decode = 0.0
     for b in record.batch_sizes:
         ms, measured = costs.d(b)
         decode += ms
         exact &= measured
-    d_cost = costs.denoise.get(S, float("nan"))
-    if mode == "parallel":
-        return max(costs.prefill + d_cost, (record.prefills - 1) * costs.prefill + decode), exact
+    d_cost = E * costs.denoise.get(S, float("nan"))
+    if mode == "parallel":  # the action worker prefills once per expert; the language worker once per request
+        return max(E * costs.prefill + d_cost, (record.prefills - E) * costs.prefill + decode), exact
     return record.prefills * costs.prefill + d_cost + decode, exact
 
 
@@ -127,9 +143,9 @@ def point_ideal(point: Point, records: list[FrameRecord], costs: StageCosts) -> 
     measured = [r for r in records if not r.warmup]
     if not measured:
         return {"ideal_frame_ms": None, "ideal_formula": FORMULAS.get(point.mode, ""), "ideal_exact": False}
-    values, exact = zip(*(frame_ideal(point.mode, r, point.S, costs) for r in measured))
+    values, exact = zip(*(frame_ideal(point.mode, r, point.S, costs, point.E) for r in measured))
     ideal = float(np.median(values))
-    formula = FORMULAS[point.mode] if point.workload == "fixed" else "prefills P + D + sum d(B)"
+    formula = expert_formula(point.mode, point.E) if point.workload == "fixed" else "prefills P + E D + sum d(B)"
     terms = {"P": costs.prefill, "D": costs.denoise.get(point.S)}
     batches = sorted({b for r in measured for b in r.batch_sizes})
     terms.update({f"d({b})": costs.d(b)[0] for b in batches})

@@ -21,7 +21,7 @@ def point_metrics(
 ) -> dict:
     measured = [r for r in records if not r.warmup]
     out: dict = {
-        "mode": point.mode, "N": point.N, "k": point.k, "S": point.S, "workload": point.workload,
+        "mode": point.mode, "N": point.N, "k": point.k, "S": point.S, "workload": point.workload, "E": point.E,
         "frames": len(measured), "warmup_frames": sum(r.warmup for r in records),
     }
     if error:
@@ -90,12 +90,12 @@ def _decode_step_ms(records: list[FrameRecord]) -> dict[str, float]:
 
 
 def add_speedups(points: list[dict]) -> None:
-    """Against the isolated point of the same N, S and workload: `speedup_vs_isolated` (mean frame times, i.e. the
+    """Against the isolated point of the same N, S, workload and expert count E: `speedup_vs_isolated` (mean frame times, i.e. the
     ratio of action rates), `speedup_vs_isolated_p50`, and `ideal_speedup_vs_isolated` (the ratio the run's stage
     costs allow: ideal isolated / ideal this)."""
-    iso = {(p["N"], p["S"], p["workload"]): p for p in points if p["mode"] == "isolated" and "frame_ms_mean" in p}
+    iso = {(p["N"], p["S"], p["workload"], p.get("E", 1)): p for p in points if p["mode"] == "isolated" and "frame_ms_mean" in p}
     for p in points:
-        base = iso.get((p["N"], p["S"], p["workload"]))
+        base = iso.get((p["N"], p["S"], p["workload"], p.get("E", 1)))
         for field, source in (("speedup_vs_isolated", "frame_ms_mean"), ("speedup_vs_isolated_p50", "frame_ms_p50"),
                               ("ideal_speedup_vs_isolated", "ideal_frame_ms")):
             num, den = (base or {}).get(source), p.get(source)

@@ -99,8 +99,21 @@ def share_frame_tensors(frame) -> None:
     Measured on `small` with 2 threads: denoise 150 -> 300 ms and a batch-6 decode step 25 -> 35 ms for every mode
     run after the first `parallel` frame, even after the executor closed. (The fix belongs in ParallelExecutor.run.)"""
     p = frame.prefix
-    for t in (*p.images, *p.image_masks, p.tokens, p.token_masks, frame.noise):
+    for t in _tensors([p, frame.noise]):
         t.share_memory_()
+
+
+def _tensors(x) -> list[torch.Tensor]:
+    """Every tensor inside `x` (a prefix bundle of any family: dataclass fields, lists, dicts)."""
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in _tensors(v)]
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in _tensors(v)]
+    if hasattr(x, "__dict__"):
+        return _tensors(list(vars(x).values()))
+    return []
 
 
 def rss_bytes() -> int:
@@ -150,7 +163,7 @@ class PointRun:
     def _step(self) -> None:
         f, m = self.frame, self.frame - self.warmup
         lengths = self.arrivals.at(m, self.point.N, self.seed)
-        frame = self.obs.frame_input(m, lengths, self.next_id)
+        frame = self.obs.frame_input(m, lengths, self.next_id, self.point.E)
         frame.frame = f
         for r in frame.new_requests:
             r.frame = f
@@ -170,7 +183,8 @@ class PointRun:
             energy = self.meter.joules(e0, self.meter.mark(), time.perf_counter() - t0)
         waiting1, queued1 = len(getattr(eng, "waiting", ())), getattr(eng, "total_queued", 0)
         readmitted = waiting0 + (queued1 - queued0) - waiting1
-        prefills = 1 + len(lengths) if self.point.mode in ("isolated", "parallel") else 1 + readmitted
+        iso = self.point.mode in ("isolated", "parallel")  # a prefill per expert and per request
+        prefills = self.point.E + len(lengths) if iso else 1 + readmitted
         s = result.stats
         self._frame_ms.append(s.frame_ms)
         latencies = [sum(self._frame_ms[r.frame : f + 1]) for r, _ in result.advanced if r.done]

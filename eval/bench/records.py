@@ -13,11 +13,13 @@ class Point:
     k: int | None  # decode steps per frame (None: the mode decodes each request to completion)
     S: int  # denoise steps
     workload: str = "fixed"
+    E: int = 1  # action experts fanned out from each prefill (the model's first E heads)
 
     @property
     def key(self) -> str:
         k = "-" if self.k is None else self.k
-        return f"{self.workload}|{self.mode}|N={self.N}|k={k}|S={self.S}"
+        experts = f"|E={self.E}" if self.E != 1 else ""
+        return f"{self.workload}|{self.mode}|N={self.N}|k={k}|S={self.S}{experts}"
 
     @property
     def budget(self) -> int:

@@ -17,7 +17,9 @@ from tqdm import tqdm
 
 from oxygen_gym.engine.cpu_allocator import tune_allocator
 from oxygen_gym.model import cpu_kernels
-from oxygen_gym.model.pi05.init import build_model, count_parameters
+from oxygen_gym.policies.checkpoints import ConventionOverrides
+from oxygen_gym.policies.model_io import family_of_builtin
+from oxygen_gym.policies.robots import get_robot
 
 from . import bench_report, calibrate, ideal, metrics, plots, soak, targets
 from .sweep_config import BenchConfig
@@ -30,21 +32,33 @@ ENV_KEYS = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "GOMP_SPINC
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def build_builtin_model(name: str, robot: str, seed: int, device: torch.device, dtype: torch.dtype | None):
+    """(model, tokenizer) of a built-in model of any family, as `from_pretrained(name)` builds it."""
+    from oxygen_gym.model.pi05.init import default_dtype
+
+    family = family_of_builtin(name)
+    model, tokenizer, _ = family.build_builtin(
+        name, get_robot(robot), device, dtype or default_dtype(device), ConventionOverrides(), seed
+    )
+    return model, tokenizer
+
+
 def plan_groups(cfg: BenchConfig) -> list[list[Point]]:
     """Groups of points run interleaved. Main S: every workload x N x mode x k (non-fixed workloads at the largest
     N only). Further S values: isolated and oxygen at the largest N (the heatmap's extra columns)."""
     s0, n_max = cfg.S[0], max(cfg.N)
     groups: list[list[Point]] = []
-    for spec in cfg.workloads:
-        arr = Arrivals.parse(spec)
-        ns = cfg.N if arr.kind == "fixed" else [n_max] if arr.varies_n else [arr.max_length(n_max)]
-        for n in ns:
-            groups.append([Point(m, n, k, s0, spec) for m in cfg.modes for k in (cfg.k if m in K_MODES else [None])])
-    for s in cfg.S[1:]:
-        pts = [Point(m, n_max, k, s, "fixed") for m in ("isolated", "oxygen") if m in cfg.modes
-               for k in (cfg.k if m in K_MODES else [None])]
-        if pts:
-            groups.append(pts)
+    for e in cfg.heads:  # each expert count is its own sweep (paper Table 4: E experts on one prefill)
+        for spec in cfg.workloads:
+            arr = Arrivals.parse(spec)
+            ns = cfg.N if arr.kind == "fixed" else [n_max] if arr.varies_n else [arr.max_length(n_max)]
+            for n in ns:
+                groups.append([Point(m, n, k, s0, spec, e) for m in cfg.modes for k in (cfg.k if m in K_MODES else [None])])
+        for s in cfg.S[1:]:
+            pts = [Point(m, n_max, k, s, "fixed", e) for m in ("isolated", "oxygen") if m in cfg.modes
+                   for k in (cfg.k if m in K_MODES else [None])]
+            if pts:
+                groups.append(pts)
     return groups
 
 
@@ -108,7 +122,7 @@ class Bench:
         torch.set_num_threads(cfg.threads)
         device = torch.device(cfg.device)
         dtype = DTYPES[cfg.dtype] if cfg.dtype else None
-        model = build_model(cfg.model, seed=cfg.seed, device=device, dtype=dtype)
+        model, tokenizer = build_builtin_model(cfg.model, cfg.robot, cfg.seed, device, dtype)
         allocator = device.type == "cpu" and tune_allocator()
         if device.type == "cpu":
             path = cpu_kernels.set_path(model, cfg.kernels)
@@ -117,14 +131,19 @@ class Bench:
         else:
             path = "eager"
         graphs = device.type == "cuda" and cfg.cuda_graphs is not False
-        obs = make_observations(model, cfg.robot, count=cfg.observations, seed=cfg.seed, task_prompt=cfg.task_prompt)
+        obs = make_observations(
+            model, cfg.robot, count=cfg.observations, seed=cfg.seed, task_prompt=cfg.task_prompt, tokenizer=tokenizer
+        )
+        if max(cfg.heads) > len(model.action_heads):
+            raise ValueError(f"--heads: {cfg.model} has {len(model.action_heads)} action head(s), {max(cfg.heads)} asked")
         meter, why_no_energy = open_meter(device)
         self.model, self.obs, self.meter = model, obs, meter
         self.results = {
             "config": {
                 **cfg.to_json(),
-                "model_params": count_parameters(cfg.model),
+                "model_params": sum(p.numel() for p in model.parameters()),
                 "model_dims": model.config.to_json(),
+                "action_heads": list(model.action_heads),
                 "cameras": len(obs.robot.cameras),
                 "horizon": obs.horizon,
                 "prefix_tokens": int(np.median(obs.prefix_lengths)),
@@ -154,7 +173,7 @@ class Bench:
         try:
             with tqdm(total=total, desc="bench", unit="frame", dynamic_ncols=True) as bar:
                 for group, pplan in plan:
-                    label = f"{group[0].workload} N={group[0].N} S={group[0].S}"
+                    label = f"{group[0].workload} N={group[0].N} S={group[0].S}" + (f" E={group[0].E}" if group[0].E != 1 else "")
                     bar.set_postfix_str(label)
                     runs = []
                     for point, warm, slots in pplan:

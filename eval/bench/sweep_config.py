@@ -5,7 +5,7 @@ import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from oxygen_gym.model.pi05.config import BUILTIN
+from oxygen_gym.policies.model_io import builtin_names
 from oxygen_gym.policies.robots import ROBOTS
 
 from .records import ALL_MODES
@@ -30,6 +30,7 @@ class BenchConfig:
     N: tuple[int, ...] = (1, 5, 10, 20, 30)
     k: tuple[int, ...] = (1, 5, 10)
     S: tuple[int, ...] = (10,)  # the first is the main sweep's; the rest add isolated + oxygen at the largest N
+    heads: tuple[int, ...] = (1,)  # action experts per prefill (the model's first E heads): a sweep over E
     workloads: tuple[str, ...] = ("fixed",)
     frames: int = 20
     warmup: int | None = None  # None: ceil(N/k) + 2 for oxygen (a full batch), 2 for the others
@@ -48,8 +49,8 @@ class BenchConfig:
     command: str = ""
 
     def check(self) -> "BenchConfig":
-        if self.model not in BUILTIN:
-            raise BenchConfigError(f"--model must be one of {sorted(BUILTIN)}, got {self.model!r}")
+        if self.model not in builtin_names():
+            raise BenchConfigError(f"--model must be one of {builtin_names()}, got {self.model!r}")
         if self.robot not in ROBOTS:
             raise BenchConfigError(f"--robot must be one of {sorted(ROBOTS)}, got {self.robot!r}")
         if not self.device.startswith(("cpu", "cuda")):
@@ -59,7 +60,7 @@ class BenchConfig:
         bad = [m for m in self.modes if m not in ALL_MODES]
         if bad or not self.modes:
             raise BenchConfigError(f"--modes must be a non-empty subset of {ALL_MODES}, got {list(self.modes)}")
-        for name in ("N", "k", "S"):
+        for name in ("N", "k", "S", "heads"):
             values = getattr(self, name)
             if not values or any(not isinstance(v, int) or v < 1 for v in values):
                 raise BenchConfigError(f"--{name} must be a list of integers >= 1, got {list(values)}")
@@ -86,7 +87,7 @@ class BenchConfig:
     def to_json(self) -> dict:
         d = asdict(self)
         d["out"] = str(self.out)
-        for key in ("modes", "N", "k", "S", "workloads"):
+        for key in ("modes", "N", "k", "S", "workloads", "heads"):
             d[key] = list(d[key])
         return d
 

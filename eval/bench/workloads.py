@@ -24,12 +24,11 @@ import numpy as np
 import torch
 
 from oxygen_gym.engine.frame import FrameInput
-from oxygen_gym.model.pi05.prefix_inputs import PrefixInputs
+from oxygen_gym.engine.model_api import EngineModel
 from oxygen_gym.engine.request import Request
-from oxygen_gym.model.pi05.modeling import PI05Model
 from oxygen_gym.model.tokenizer import builtin_tokenizer, tokenizer_for
 from oxygen_gym.policies import normalize
-from oxygen_gym.policies.inputs import build_prefix_inputs
+from oxygen_gym.policies.model_io import io_for
 from oxygen_gym.policies.robots import RobotSpec, get_robot
 
 INSTRUCTIONS = (
@@ -140,10 +139,11 @@ def peak_in_flight(arrivals: Arrivals, n: int, k: int | None, frames: range, see
 
 @dataclass
 class ObservationSet:
-    """`count` model-ready observations of one robot, plus the frame noise and request factory."""
+    """`count` model-ready observations of one robot, plus the frame noise and request factory. `prefixes` are the
+    model family's own bundles (built by its policy IO, as act() builds them)."""
 
     robot: RobotSpec
-    prefixes: list[PrefixInputs]
+    prefixes: list
     prefix_lengths: list[int]
     horizon: int
     action_dim: int
@@ -152,23 +152,35 @@ class ObservationSet:
     device: torch.device
     model_horizon: int
     instructions: list[str] = field(default_factory=list)
+    heads: dict[str, tuple[int, int]] = field(default_factory=dict)  # head -> (horizon denoised, action_dim)
 
     @property
     def max_prefix_len(self) -> int:
         return max(self.prefix_lengths)
 
     def noise(self, frame: int) -> torch.Tensor:
-        """Action noise for (measured-)frame index `frame`, negative during warm-up."""
-        entropy = [self.seed, frame + _OFFSET]
-        gen = torch.Generator().manual_seed(int(np.random.SeedSequence(entropy).generate_state(1)[0]))
-        return torch.randn(1, self.horizon, self.action_dim, generator=gen).to(self.device)
+        """The first head's action noise for (measured-)frame index `frame`, negative during warm-up."""
+        return self._noise(frame, 0, self.horizon, self.action_dim)
 
-    def frame_input(self, frame: int, lengths: list[int], first_id: int) -> FrameInput:
+    def head_noise(self, frame: int, experts: int) -> dict[str, torch.Tensor]:
+        """Noise of the model's first `experts` heads (the first head's is `noise(frame)`)."""
+        names = list(self.heads)[:experts] if self.heads else []
+        if len(names) < experts:
+            raise ValueError(f"--heads: the model has {len(self.heads) or 1} action head(s), {experts} asked")
+        return {h: self._noise(frame, i, *self.heads[h]) for i, h in enumerate(names)}
+
+    def _noise(self, frame: int, head_index: int, horizon: int, dim: int) -> torch.Tensor:
+        entropy = [self.seed, frame + _OFFSET] + ([head_index] if head_index else [])
+        gen = torch.Generator().manual_seed(int(np.random.SeedSequence(entropy).generate_state(1)[0]))
+        return torch.randn(1, horizon, dim, generator=gen).to(self.device)
+
+    def frame_input(self, frame: int, lengths: list[int], first_id: int, experts: int = 1) -> FrameInput:
         requests = [
             Request(first_id + i, "narrate", frame, list(self.task_prompt_ids), max_new_tokens=n, eos_id=-1)
             for i, n in enumerate(lengths)
         ]
-        return FrameInput(frame, self.prefixes[frame % len(self.prefixes)], self.noise(frame), requests)
+        noise = self.noise(frame) if experts == 1 else self.head_noise(frame, experts)
+        return FrameInput(frame, self.prefixes[frame % len(self.prefixes)], noise, requests)
 
     def capacity(self, max_new_tokens: int) -> int:
         """Cache positions one slot needs: the longest prefix, then the action tokens (the scheduler reserves the
@@ -178,43 +190,52 @@ class ObservationSet:
 
 
 def make_observations(
-    model: PI05Model,
+    model: EngineModel,
     robot: str,
     *,
     count: int = 8,
     seed: int = 0,
     task_prompt: str | None = None,
     horizon: int | None = None,
+    tokenizer=None,
+    image_size: int | None = None,
 ) -> ObservationSet:
-    """Seeded synthetic observations for `robot` (`libero` 2 cameras, `droid` 2, `aloha` 3, all present)."""
+    """Seeded synthetic observations for `robot` (`libero` 2 cameras, `droid` 2, `aloha` 3, all present), turned into
+    the model's prefix by its family's policy IO (policies/model_io.py). `tokenizer`: the model's (None: the built-in
+    pi0.5 tokenizer that fits its vocabulary); `image_size`: camera images' side (None: the model's input size)."""
     if count < 1:
         raise ValueError(f"count must be >= 1, got {count}")
     spec = get_robot(robot)
-    cfg = model.config
-    tok = _tokenizer(cfg.vocab_size)
+    tok = tokenizer if tokenizer is not None else _tokenizer(model.config.vocab_size)
+    io = io_for(model, tok, robot=spec, camera_slots=dict(spec.cameras), state_normalizer=normalize.Normalizer("IDENTITY"))
     rng = np.random.default_rng([seed, 1])
-    size = cfg.vision.image_size
+    size = image_size or _model_image_size(model)
     prefixes, lengths, instructions = [], [], []
     for i in range(count):
         images = {cam: rng.integers(0, 256, (size, size, 3), dtype=np.uint8) for cam in spec.cameras}
         state = rng.uniform(-1.0, 1.0, spec.state_dim).astype(np.float32)
         instruction = INSTRUCTIONS[i % len(INSTRUCTIONS)]
-        prefix = build_prefix_inputs(
-            images, state, instruction, robot=spec, model_slots=tuple(cfg.image_slots), image_size=size,
-            tokenizer=tok, max_token_len=cfg.max_token_len, discrete_state=cfg.discrete_state,
-            state_normalizer=normalize.Normalizer("IDENTITY"), device=model.device,
-        )
+        prefix = io.prefix_inputs(images, state, instruction)
         prefixes.append(prefix)
         lengths.append(model.prefix_length(prefix))
         instructions.append(instruction)
     if task_prompt:
-        prompt_ids = tok.encode(" " + task_prompt.strip() + "\n")
+        prompt_ids = io.task_prompt_ids(task_prompt)
     else:
         prompt_ids = tok.encode("\n")[-1:]
+    heads = model.action_heads
+    first = next(iter(heads.values()))
+    h = int(horizon or spec.horizon)
+    per_head = {name: (h if i == 0 else min(h, a.horizon), a.action_dim) for i, (name, a) in enumerate(heads.items())}
     return ObservationSet(
-        spec, prefixes, lengths, int(horizon or spec.horizon), cfg.action_dim, prompt_ids, seed, model.device,
-        cfg.action_horizon, instructions,
+        spec, prefixes, lengths, h, first.action_dim, prompt_ids, seed, model.device, first.horizon, instructions, per_head,
     )
+
+
+def _model_image_size(model) -> int:
+    """The side the model's vision tower takes (pi0.5: config.vision.image_size; others say so themselves)."""
+    size = getattr(model, "image_size", None)
+    return int(size) if size else int(model.config.vision.image_size)
 
 
 def _tokenizer(vocab_size: int):

@@ -108,9 +108,12 @@ def set_path(model: nn.Module, path: str, max_rows: int = DEFAULT_MAX_ROWS) -> s
     """Select a kernel path by name (`eager` | `onednn` | `auto`: onednn for fp32 CPU models when available)."""
     if path not in (*PATHS, "auto"):
         raise ValueError(f"kernel path must be one of {(*PATHS, 'auto')}, got {path!r}")
-    if path == "auto":
+    auto = path == "auto"
+    if auto:
         first = next(model.parameters())
         path = "onednn" if available() and first.device.type == "cpu" and first.dtype == torch.float32 else "eager"
+    if path == "onednn" and auto and not any(n.startswith(SCOPE) for n, _ in model.named_modules()):
+        path = "eager"  # a model whose backbone is not under `vlm.` routes no linear through the packed path
     if path == "onednn":
         if enable(model, max_rows) == 0:
             raise ValueError("kernel path 'onednn' applies to fp32 CPU models; this model has no fp32 CPU linears")

@@ -37,6 +37,16 @@ class VisionDims:
 
 
 @dataclass(frozen=True)
+class ExtraHead:
+    """An action expert beyond pi0.5's own, of the same dims, reading the same prefix with its own horizon and
+    steps (multi-expert models: several experts fan out from one prefill)."""
+
+    name: str
+    horizon: int
+    num_steps: int
+
+
+@dataclass(frozen=True)
 class PI05Config:
     """pi0.5 = SigLIP + Gemma backbone + Gemma action expert with adaRMS time conditioning."""
 
@@ -56,9 +66,13 @@ class PI05Config:
     # unpadded robot state (None).
     state_pad_to: int | None = 32
     image_slots: tuple[str, ...] = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
+    extra_heads: tuple[ExtraHead, ...] = ()
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
+        names = ["actions", *(h.name for h in self.extra_heads)]
+        if len(set(names)) != len(names):
+            raise ValueError(f"extra_heads: head names must be unique and not 'actions', got {names}")
         if self.vlm.depth != self.expert.depth:
             raise ValueError("backbone and expert must have the same depth (joint attention per layer)")
         if (self.vlm.num_heads, self.vlm.num_kv_heads, self.vlm.head_dim) != (
@@ -84,11 +98,13 @@ class PI05Config:
         d["expert"] = GemmaDims(**d["expert"])
         d["vision"] = VisionDims(**d["vision"])
         d["image_slots"] = tuple(d["image_slots"])
+        d["extra_heads"] = tuple(ExtraHead(**h) for h in d["extra_heads"])
         return d
 
     def to_json(self) -> dict:
         d = asdict(self)
         d["image_slots"] = list(d["image_slots"])
+        d["extra_heads"] = [dict(h) for h in d["extra_heads"]]
         return d
 
     @staticmethod
@@ -99,6 +115,7 @@ class PI05Config:
         d["vision"] = VisionDims(**d["vision"])
         if "image_slots" in d:
             d["image_slots"] = tuple(d["image_slots"])
+        d["extra_heads"] = tuple(ExtraHead(**h) for h in d.get("extra_heads", ()))
         return PI05Config(**d)
 
 
@@ -141,3 +158,13 @@ BUILTIN: dict[str, PI05Config] = {
         vocab_size=257152,
     ),
 }
+
+# Multi-expert models: pi0.5's backbone with more action experts fanning out from its one prefill (the shape of
+# StarVLA's multi-expert runs, paper Table 4). `multi-tiny` gives its heads different horizons and steps (tests);
+# `multi-small`'s three experts are alike, so a sweep over 1-3 of them measures the prefill each one shares.
+BUILTIN["multi-tiny"] = PI05Config(
+    **{**BUILTIN["tiny"].to_dict(), "extra_heads": (ExtraHead("fast", 10, 4), ExtraHead("long", 50, 6))}
+)
+BUILTIN["multi-small"] = PI05Config(
+    **{**BUILTIN["small"].to_dict(), "extra_heads": (ExtraHead("expert_2", 50, 10), ExtraHead("expert_3", 50, 10))}
+)

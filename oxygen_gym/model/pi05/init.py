@@ -92,7 +92,7 @@ def _init_spec(name: str, param: nn.Parameter) -> tuple[str, float, float]:
     gain = 1.0
     if name.endswith(("o_proj.weight", "down_proj.weight")):
         gain = RESIDUAL_OUT_GAIN
-    elif name.startswith(("vlm.", "expert.")) and name.endswith(("q_proj.weight", "k_proj.weight")):
+    elif name.startswith(("vlm.", "expert.", "extra_experts.")) and name.endswith(("q_proj.weight", "k_proj.weight")):
         gain = QK_GAIN
     return "normal", 0.0, gain / math.sqrt(fan_in)
 

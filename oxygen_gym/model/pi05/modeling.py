@@ -27,7 +27,20 @@ from .gemma import GemmaStack
 from .prefix_inputs import PrefixInputs
 from .siglip import SiglipVision
 
-ACTION_HEAD = "actions"  # pi0.5 has one action expert
+ACTION_HEAD = "actions"  # pi0.5's own action expert; multi-expert configs add more (config.extra_heads)
+
+
+class ExtraExpert(nn.Module):
+    """An action expert beyond the first: the same parts under the same names, so one denoise body serves all."""
+
+    def __init__(self, config: PI05Config) -> None:
+        super().__init__()
+        c = config
+        self.expert = GemmaStack(c.expert, adaptive=True)
+        self.action_in_proj = nn.Linear(c.action_dim, c.expert.width)
+        self.action_out_proj = nn.Linear(c.expert.width, c.action_dim)
+        self.time_mlp_in = nn.Linear(c.expert.width, c.expert.width)
+        self.time_mlp_out = nn.Linear(c.expert.width, c.expert.width)
 
 
 @dataclass
@@ -64,6 +77,8 @@ class PI05Model(nn.Module, EngineModel):
         self.action_out_proj = nn.Linear(c.expert.width, c.action_dim)
         self.time_mlp_in = nn.Linear(c.expert.width, c.expert.width)
         self.time_mlp_out = nn.Linear(c.expert.width, c.expert.width)
+        # Registered after pi0.5's own parameters, so a seed gives a one-head model the same weights as before.
+        self.extra_experts = nn.ModuleDict({h.name: ExtraExpert(c) for h in c.extra_heads})
         self._denoise_mods: dict = {}
         self.norm_stats = None  # dataset statistics of a loaded checkpoint (loading.py), None for built-in models
         self.requires_grad_(False)  # an inference engine: no autograd anywhere
@@ -85,7 +100,19 @@ class PI05Model(nn.Module, EngineModel):
     @property
     def action_heads(self) -> dict[str, ActionHead]:
         c = self.config
-        return {ACTION_HEAD: ActionHead(ACTION_HEAD, c.action_dim, c.action_horizon, c.num_steps, writes_cache=True)}
+        heads = {ACTION_HEAD: ActionHead(ACTION_HEAD, c.action_dim, c.action_horizon, c.num_steps, writes_cache=True)}
+        for h in c.extra_heads:
+            heads[h.name] = ActionHead(h.name, c.action_dim, h.horizon, h.num_steps, writes_cache=True)
+        return heads
+
+    def expert_parts(self, head: str = ACTION_HEAD) -> nn.Module:
+        """The module holding `head`'s expert stack, action projections and time MLP (`expert`, `action_in_proj`,
+        `action_out_proj`, `time_mlp_in`, `time_mlp_out`)."""
+        if head == ACTION_HEAD:
+            return self
+        if head not in self.extra_experts:
+            raise ValueError(f"head: unknown action head {head!r}; this model has {list(self.action_heads)}")
+        return self.extra_experts[head]
 
     def max_prefix_length(self) -> int:
         return len(self.config.image_slots) * self.config.vision.num_patches + self.config.max_token_len
@@ -162,25 +189,24 @@ class PI05Model(nn.Module, EngineModel):
         return self.vlm.norm(x)
 
     # ---------------------------------------------------------------- actions
-    def _modulations(self, num_steps: int, device) -> list:
-        """adaRMS (scale, shift, gate) per Euler step: they depend on t only, so they are computed once."""
-        key = (num_steps, str(device))
+    def _modulations(self, num_steps: int, device, head: str = ACTION_HEAD) -> list:
+        """adaRMS (scale, shift, gate) per Euler step: they depend on t only, so they are computed once per head."""
+        key = (head, num_steps, str(device))
         if key not in self._denoise_mods:
+            parts = self.expert_parts(head)
             mods = []
             for step in range(num_steps):
                 t = torch.tensor([1.0 + step * (-1.0 / num_steps)], dtype=torch.float32, device=device)
                 emb = time_embedding(t, self.config.expert.width, self.config.min_period, self.config.max_period)
-                cond = F.silu(linear(F.silu(linear(emb, self.time_mlp_in)), self.time_mlp_out))
-                mods.append(self.expert.modulations(cond))
+                cond = F.silu(linear(F.silu(linear(emb, parts.time_mlp_in)), parts.time_mlp_out))
+                mods.append(parts.expert.modulations(cond))
             self._denoise_mods[key] = mods
         return self._denoise_mods[key]
 
     def denoise_head(
         self, head: str, cache: KVCache, state: PrefixState, noise: torch.Tensor, num_steps: int, *, static: bool = False
     ) -> torch.Tensor:
-        if head != ACTION_HEAD:
-            raise ValueError(f"pi0.5 has one action head {ACTION_HEAD!r}, got {head!r}")
-        return self.denoise(cache, state.lengths, noise, num_steps, positions=state.next_positions, static=static)
+        return self.denoise(cache, state.lengths, noise, num_steps, positions=state.next_positions, static=static, head=head)
 
     @torch.inference_mode()
     def denoise(
@@ -192,15 +218,17 @@ class PI05Model(nn.Module, EngineModel):
         *,
         positions: torch.Tensor | None = None,
         static: bool = False,
+        head: str = ACTION_HEAD,
     ) -> torch.Tensor:
         """Integrate the action flow from `noise [B, H, action_dim]` at t=1 to t=0 over the rows' prefixes.
 
         The action tokens' KV goes into each row's scratch region after the longest prefix (`static`: the row's last
         H positions, so nothing depends on the lengths' values) and is left there (a language request overwrites it
         later); the prefix itself is read in place, never copied. `positions`: RoPE position of the first action
-        token per row (None: the prefix length).
+        token per row (None: the prefix length). `head`: which action expert (multi-expert configs).
         """
-        num_steps = num_steps or self.config.num_steps
+        parts = self.expert_parts(head)
+        num_steps = num_steps or self.action_heads[head].num_steps
         b, horizon, _ = noise.shape
         if static:
             p = cache.capacity - horizon  # the admission check keeps every prefix within [0, capacity - horizon)
@@ -218,12 +246,12 @@ class PI05Model(nn.Module, EngineModel):
             mask = key_ok[:, None, :].expand(b, horizon, p + horizon)
         dt = -1.0 / num_steps
         x_t = noise.float()
-        for mods in self._modulations(num_steps, noise.device):
-            h = linear(x_t, self.action_in_proj).to(self.dtype)
-            for i, layer in enumerate(self.expert.layers):
+        for mods in self._modulations(num_steps, noise.device, head):
+            h = linear(x_t, parts.action_in_proj).to(self.dtype)
+            for i, layer in enumerate(parts.expert.layers):
                 h = layer(h, cos, sin, cache.k[i], cache.v[i], slice(p, p + horizon), p + horizon, mask, mods[i])
             scale, shift, _ = mods[-1]
-            v_t = linear(AdaRMSNorm.modulate(h, scale, shift).float(), self.action_out_proj)
+            v_t = linear(AdaRMSNorm.modulate(h, scale, shift).float(), parts.action_out_proj)
             x_t = x_t + dt * v_t
         return x_t
 

@@ -24,6 +24,8 @@ _RULES: list[tuple[str, str]] = [
     (rf"^{P}paligemma\.model\.vision_tower\.vision_model\.post_layernorm\.(weight|bias)$", r"vision.post_layernorm.\1"),
     (rf"^{P}gemma_expert\.model\.layers\.(\d+)\.(.+)$", r"expert.layers.\1.\2"),
     (rf"^{P}gemma_expert\.model\.norm\.dense\.(weight|bias)$", r"expert.norm.dense.\1"),
+    # Multi-expert models (ours only, config.extra_heads): every further expert under its head's name.
+    (r"^extra_experts\.(.+)$", r"extra_experts.\1"),
 ]
 # Present in real checkpoints, not used by inference (the expert never predicts tokens).
 UNUSED_KEYS = {f"{P}gemma_expert.lm_head.weight"}

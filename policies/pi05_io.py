@@ -1,0 +1,74 @@
+"""pi0.5's observation and text conventions: images into its camera slots (absent ones masked), the normalised
+state binned into the prompt (policies/inputs.py), task prompts as " prompt\n" after the prefix."""
+from __future__ import annotations
+
+import numpy as np
+
+from oxygen_gym.model.pi05.modeling import PI05Model
+from oxygen_gym.model.pi05.prefix_inputs import PrefixInputs
+
+from . import normalize
+from .inputs import build_prefix_inputs
+from .language import task_prompt_ids
+from .model_io import ModelIO, PolicyFamily, register_family
+from .robots import RobotSpec
+
+
+class PI05IO(ModelIO):
+    def __init__(
+        self,
+        model: PI05Model,
+        tokenizer,
+        *,
+        robot: RobotSpec,
+        camera_slots: dict[str, str],
+        state_normalizer: normalize.Normalizer,
+        image_resize: str = "pil",
+    ) -> None:
+        self.model, self.tokenizer, self.robot = model, tokenizer, robot
+        self.camera_slots, self.state_norm, self.image_resize = camera_slots, state_normalizer, image_resize
+        self.model_slots = tuple(model.config.image_slots)
+
+    def prefix_inputs(self, images: dict[str, np.ndarray], state: np.ndarray, prompt: str) -> PrefixInputs:
+        cfg = self.model.config
+        return build_prefix_inputs(
+            images, state, prompt, robot=self.robot, model_slots=self.model_slots, image_size=cfg.vision.image_size,
+            tokenizer=self.tokenizer, max_token_len=cfg.max_token_len, discrete_state=cfg.discrete_state,
+            state_normalizer=self.state_norm, state_pad_to=cfg.state_pad_to, device=self.model.device,
+            camera_slots=self.camera_slots, image_resize=self.image_resize,
+        )
+
+    def task_prompt_ids(self, prompt: str) -> list[int]:
+        return task_prompt_ids(self.tokenizer, prompt)
+
+
+def build_builtin(name: str, robot: RobotSpec, device, dtype, overrides, seed: int) -> tuple[PI05Model, object, dict]:
+    """A random-weight built-in pi0.5 (config.BUILTIN): the robot's slots and horizon, no statistics unless given.
+    Of the overrides (already validated), the ones a built-in has use for apply; asset_id, family, revision do not."""
+    from pathlib import Path
+
+    from oxygen_gym.model.pi05.config import PI05Config
+    from oxygen_gym.model.pi05.init import build_model
+    from oxygen_gym.model.tokenizer import find_tokenizer
+
+    from .checkpoints import map_cameras
+    from .checkpoints.resolve import _stats
+
+    o = overrides
+    cfg = PI05Config.named(name)
+    if o.discrete_state is not None:
+        cfg = PI05Config(**{**cfg.to_dict(), "discrete_state": bool(o.discrete_state)})
+    slots = map_cameras(robot, cfg.image_slots, o.camera_map)[0] if o.camera_map is not None else None
+    stats = _stats(Path("."), "ours", o.norm_stats, None)[0] if o.norm_stats is not None else None
+    tok = find_tokenizer(cfg.vocab_size, None, o.tokenizer)[0]
+    model = build_model(cfg, seed=seed, device=device, dtype=dtype)
+    return model, tok, dict(norm_stats=stats, camera_slots=slots, image_resize=o.image_resize or "pil")
+
+
+def _builtin_names() -> tuple[str, ...]:
+    from oxygen_gym.model.pi05.config import BUILTIN
+
+    return tuple(BUILTIN)
+
+
+register_family(PolicyFamily("pi05", PI05Model, PI05IO, _builtin_names(), build_builtin))
