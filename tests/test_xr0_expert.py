@@ -151,3 +151,15 @@ def test_small_config_frame_is_fast():
     out = expert.sample(cache, torch.tensor([280]), torch.tensor([200]), noise, torch.randn(1, c.state_dim))
     assert out.shape == noise.shape and torch.isfinite(out).all()
     assert time.perf_counter() - start < 1.0
+
+
+def test_dim_mask_zeroes_padding_dims_before_the_projector(setup):
+    s = setup
+    args = (s["ks"], s["vs"], s["valid"], s["next_pos"])
+    mask = torch.tensor([1.0] * 5 + [0.0] * 3)
+    zeroed = s["x_t"] * mask
+    masked = s["expert"].velocity(*args, s["x_t"], s["t"], s["state"], dim_mask=mask)
+    assert torch.equal(masked, s["expert"].velocity(*args, zeroed, s["t"], s["state"]))
+    per_row = s["expert"].velocity(*args, s["x_t"], s["t"], s["state"], dim_mask=mask.expand(3, 8))
+    assert torch.equal(masked, per_row)
+    assert (masked - s["expert"].velocity(*args, s["x_t"], s["t"], s["state"])).abs().max() > 1e-3
