@@ -36,9 +36,10 @@ class XR0Config:
 
     `window`: an action token sees the actions j with i - window <= j <= i (None: every earlier action, plain causal).
     `position_gap`: added to the RoPE positions of the action tokens (after sink and state).
-    The training recipe (XR0.py) uses window 4 and gap 10; the published checkpoint's inference code
-    (modeling_mibot.py, and physical-ai-studio's port which gates both to training) uses neither, so `xr0` follows
-    the inference code and the small test configs exercise the training form.
+    The training recipe (XR0.py) uses window 4 and gap 10, and so do the built-ins (families.md); the published
+    checkpoint's inference code (modeling_mibot.py, and physical-ai-studio's port, which gates both to training) uses
+    neither, so a published checkpoint loads with window None and gap 0 (xr0_checkpoint.py) unless its config says
+    otherwise.
     """
 
     backbone: dict[str, Any]
@@ -162,8 +163,7 @@ def _full() -> XR0Config:
             "max_position_embeddings": 262144, "rope_scaling": _mrope([24, 20, 20])}
     vision = {"depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16, "out_hidden_size": 2560,
               "num_position_embeddings": 2304, "deepstack_visual_indexes": [5, 11, 17]}
-    return XR0Config(_backbone(text, vision, 151936, (151655, 151656, 151652, 151653)), DiTDims(), read_layers=16,
-                     window=None, position_gap=0)
+    return XR0Config(_backbone(text, vision, 151936, (151655, 151656, 151652, 151653)), DiTDims(), read_layers=16)
 
 
 _BUILTINS = {"xr0-tiny": _tiny, "xr0-small": _small, "xr0": _full}
