@@ -40,12 +40,13 @@ def read_prefixed(folder: Path, prefix: str) -> tuple[Path, dict[str, Path], dic
     """The tensors under `prefix`, keyed without it; also where the keys were listed and which file holds each."""
     named_in, where = checkpoint_keys(folder)
     mine = {k[len(prefix):]: f for k, f in where.items() if k.startswith(prefix)}
+    by_file: dict[Path, list[str]] = {}
+    for key, f in mine.items():  # the index decides where a key lives
+        by_file.setdefault(f, []).append(key)
     tensors: dict[str, torch.Tensor] = {}
-    for f in sorted(set(mine.values())):
+    for f, keys in sorted(by_file.items()):
         with safe_open(str(f), framework="pt") as h:
-            for key in h.keys():
-                if key.startswith(prefix):
-                    tensors[key[len(prefix):]] = h.get_tensor(key)
+            tensors.update({key: h.get_tensor(prefix + key) for key in keys})
     return named_in, mine, tensors
 
 
