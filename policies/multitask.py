@@ -21,7 +21,7 @@ from oxygen_gym.engine.stats import DEFAULT_WINDOW, FrameLog
 from oxygen_gym.engine.timing import peak_memory_bytes, peak_rss_bytes
 from oxygen_gym.engine.model_api import EngineModel
 
-from . import normalize, pi05_io  # noqa: F401 - pi05_io registers pi0.5's ModelIO
+from . import normalize, pi05_io, xr0_io  # noqa: F401 - each registers its family (model_io.py)
 from .inputs import check_observation
 from .language import LanguageTask, LanguageUpdate, TextStream
 from .model_io import ModelIO, builtin_names, family_of_builtin, io_for

@@ -21,7 +21,7 @@ from xr0_reference import tiny_backbone
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    config = XR0Config.named("xr0-tiny")
+    config = XR0Config.named("xr0-tiny").with_tied_head()  # the published form ties the LM head
     backbone = tiny_backbone(config)
     torch.manual_seed(5)
     expert = XR0ActionExpert(config)
@@ -47,7 +47,7 @@ def test_published_layout(written):
             "dit.layers.0.adaln_table", "dit.layers.1.attn.qkv_proj.bias", "dit.layers.0.attn.q_norm.weight"} <= set(keys)
     cfg = json.loads((path / "config.json").read_text())
     assert cfg["dit_config"] == {"hidden_size": 64, "head_dim": 16, "num_key_value_heads": 2, "num_hidden_layers": 2}
-    assert (cfg["action_length"], cfg["action_dim"], cfg["state_dim"]) == (30, 8, 6)
+    assert (cfg["action_length"], cfg["action_dim"], cfg["state_dim"]) == (30, 16, 16)
     assert cfg["vlm_config"]["text_config"]["num_hidden_layers"] == 4
 
 
@@ -66,6 +66,17 @@ def test_round_trip_loads_strictly(written):
     new.load_state_dict(ckpt.expert, strict=True)
     for k, v in expert.state_dict().items():
         assert torch.equal(new.state_dict()[k], v), k
+
+
+def test_an_untied_head_is_written_and_read_back(tmp_path):
+    """Built-ins leave the LM head untied: the writer keeps `vlm.lm_head.weight` and the reader does not overwrite it."""
+    config = XR0Config.named("xr0-tiny")
+    backbone = tiny_backbone(config)
+    save_xr0_checkpoint(tmp_path, config, backbone.state_dict(), XR0ActionExpert(config).state_dict())
+    assert "vlm.lm_head.weight" in _index(tmp_path)
+    ckpt = load_xr0_checkpoint(tmp_path)
+    assert torch.equal(ckpt.backbone["lm_head.weight"], backbone.state_dict()["lm_head.weight"])
+    assert not torch.equal(ckpt.backbone["lm_head.weight"], ckpt.backbone["model.language_model.embed_tokens.weight"])
 
 
 def test_published_config_without_our_block_uses_inference_masks(written):

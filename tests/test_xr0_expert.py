@@ -156,10 +156,11 @@ def test_small_config_frame_is_fast():
 def test_dim_mask_zeroes_padding_dims_before_the_projector(setup):
     s = setup
     args = (s["ks"], s["vs"], s["valid"], s["next_pos"])
-    mask = torch.tensor([1.0] * 5 + [0.0] * 3)
+    dim = s["x_t"].shape[-1]
+    mask = torch.tensor([1.0] * 5 + [0.0] * (dim - 5))
     zeroed = s["x_t"] * mask
     masked = s["expert"].velocity(*args, s["x_t"], s["t"], s["state"], dim_mask=mask)
     assert torch.equal(masked, s["expert"].velocity(*args, zeroed, s["t"], s["state"]))
-    per_row = s["expert"].velocity(*args, s["x_t"], s["t"], s["state"], dim_mask=mask.expand(3, 8))
+    per_row = s["expert"].velocity(*args, s["x_t"], s["t"], s["state"], dim_mask=mask.expand(3, dim))
     assert torch.equal(masked, per_row)
     assert (masked - s["expert"].velocity(*args, s["x_t"], s["t"], s["state"])).abs().max() > 1e-3

@@ -58,7 +58,8 @@ def config_to_json(config: XR0Config) -> dict:
         "action_dim": config.action_dim,
         "state_dim": config.state_dim,
         "oxygen_gym": {"window": config.window, "position_gap": config.position_gap, "num_steps": config.num_steps,
-                       "state_len": config.state_len},
+                       "state_len": config.state_len, "image_size": config.image_size, "max_images": config.max_images,
+                       "max_prompt_tokens": config.max_prompt_tokens},
     }
 
 
@@ -192,7 +193,8 @@ def save_xr0_checkpoint(
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    state = {BACKBONE_PREFIX + k: v for k, v in backbone.items() if k != TIED_HEAD}
+    tied = config.backbone.get("tie_word_embeddings", True)  # the published model ties; untied built-ins keep theirs
+    state = {BACKBONE_PREFIX + k: v for k, v in backbone.items() if k != TIED_HEAD or not tied}
     state.update(expert)
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0

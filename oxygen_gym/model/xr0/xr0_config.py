@@ -55,6 +55,11 @@ class XR0Config:
     freq_dim: int = 256  # t_embedder's sinusoid width (TimestepEmbedder default)
     time_scale: float = 1000.0  # t_embedder is fed t * 1000 (dit_forward)
     rms_eps: float = 1e-6
+    # What the policy feeds it (sizes the KV slots before any observation): each camera resized to a square of
+    # `image_size` px, at most `max_images` cameras, at most `max_prompt_tokens` text tokens around them.
+    image_size: int = 224
+    max_images: int = 3
+    max_prompt_tokens: int = 320
 
     def __post_init__(self) -> None:
         text = self.text_config
@@ -84,6 +89,16 @@ class XR0Config:
         return t.get("head_dim") or t["hidden_size"] // t["num_attention_heads"]
 
     @property
+    def tokens_per_image(self) -> int:
+        """Merged vision tokens of one `image_size` square camera image."""
+        v = self.backbone["vision_config"]
+        side = self.image_size // (v["patch_size"] * v["spatial_merge_size"])
+        return side * side
+
+    def max_prefix_length(self) -> int:
+        return self.max_images * self.tokens_per_image + self.max_prompt_tokens
+
+    @property
     def rope_theta(self) -> float:
         return float(self.text_config.get("rope_theta", 5_000_000.0))
 
@@ -98,6 +113,15 @@ class XR0Config:
         from transformers import Qwen3VLConfig
 
         return Qwen3VLConfig(**copy.deepcopy(self.backbone))
+
+    def with_tied_head(self, tied: bool = True) -> "XR0Config":
+        """The same dims with the LM head tied to the token embeddings (the published XR0) or not (built-ins)."""
+        import dataclasses
+
+        backbone = copy.deepcopy(self.backbone)
+        backbone["tie_word_embeddings"] = tied
+        backbone["text_config"]["tie_word_embeddings"] = tied
+        return dataclasses.replace(self, backbone=backbone)
 
     # ---------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
@@ -116,16 +140,29 @@ class XR0Config:
         return _BUILTINS[name]()
 
 
-def _backbone(text: dict[str, Any], vision: dict[str, Any], vocab: int, specials: tuple[int, int, int, int]):
+def _backbone(text: dict[str, Any], vision: dict[str, Any], vocab: int, specials: tuple[int, int, int, int],
+              tied: bool = False):
+    """Random-weight built-ins leave the LM head untied (a random tied head mostly repeats its input token, so the
+    text would be degenerate and language tests vacuous); the published XR0 ties it."""
     image, video, start, end = specials
-    text = {"vocab_size": vocab, "tie_word_embeddings": True, "rms_norm_eps": 1e-6, "hidden_act": "silu", **text}
+    text = {"vocab_size": vocab, "tie_word_embeddings": tied, "rms_norm_eps": 1e-6, "hidden_act": "silu", **text}
     return {
         "text_config": text,
         "vision_config": {"in_channels": 3, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
                           "hidden_act": "gelu_pytorch_tanh", **vision},
         "image_token_id": image, "video_token_id": video, "vision_start_token_id": start,
-        "vision_end_token_id": end, "tie_word_embeddings": True,
+        "vision_end_token_id": end, "tie_word_embeddings": tied,
     }
+
+
+def _builtin_specials() -> tuple[int, int, int, int]:
+    """(image pad, video pad, vision start, vision end) ids of the built-in byte-level Qwen tokenizer."""
+    from ..qwen3_vl.qwen_tokenizer import SPECIAL_IDS as ids
+
+    return ids["<|image_pad|>"], ids["<|video_pad|>"], ids["<|vision_start|>"], ids["<|vision_end|>"]
+
+
+BUILTIN_SPECIALS = _builtin_specials()
 
 
 def _mrope(sections: list[int]) -> dict[str, Any]:
@@ -140,8 +177,8 @@ def _tiny() -> XR0Config:
     vision = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
               "num_position_embeddings": 16, "deepstack_visual_indexes": [0]}
     dit = DiTDims(depth=2, width=64, heads=4, kv_heads=2, head_dim=16, mlp_dim=256)
-    return XR0Config(_backbone(text, vision, 300, (290, 291, 292, 293)), dit, read_layers=2, action_dim=8,
-                     state_dim=6)
+    return XR0Config(_backbone(text, vision, 300, BUILTIN_SPECIALS), dit, read_layers=2, action_dim=16, state_dim=16,
+                     image_size=64)
 
 
 def _small() -> XR0Config:
@@ -151,8 +188,8 @@ def _small() -> XR0Config:
     vision = {"depth": 2, "hidden_size": 128, "intermediate_size": 256, "num_heads": 2, "out_hidden_size": 256,
               "num_position_embeddings": 64, "deepstack_visual_indexes": [0, 1]}
     dit = DiTDims(depth=4, width=256, heads=4, kv_heads=2, head_dim=64, mlp_dim=1024)
-    return XR0Config(_backbone(text, vision, 1024, (1000, 1001, 1002, 1003)), dit, read_layers=4, action_dim=16,
-                     state_dim=16)
+    return XR0Config(_backbone(text, vision, 1024, BUILTIN_SPECIALS), dit, read_layers=4, action_dim=16,
+                     state_dim=16, image_size=128)
 
 
 def _full() -> XR0Config:
@@ -163,7 +200,8 @@ def _full() -> XR0Config:
             "max_position_embeddings": 262144, "rope_scaling": _mrope([24, 20, 20])}
     vision = {"depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16, "out_hidden_size": 2560,
               "num_position_embeddings": 2304, "deepstack_visual_indexes": [5, 11, 17]}
-    return XR0Config(_backbone(text, vision, 151936, (151655, 151656, 151652, 151653)), DiTDims(), read_layers=16)
+    # Special ids are the built-in tokenizer's (a published checkpoint's config.json carries Qwen's own).
+    return XR0Config(_backbone(text, vision, 151936, BUILTIN_SPECIALS), DiTDims(), read_layers=16)
 
 
 _BUILTINS = {"xr0-tiny": _tiny, "xr0-small": _small, "xr0": _full}

@@ -85,3 +85,10 @@ def action_prompt(instruction: str, views: list[str]) -> str:
 def cot_prompt(instruction: str, views: list[str]) -> str:
     """The text a chain-of-thought request decodes after: it ends in the opened `<cot>`; stop at `COT_STOP`."""
     return render_chat(cot_messages(instruction, views), add_generation_prompt=True) + COT_OPEN
+
+
+def language_turn(prompt: str) -> str:
+    """A language task's continuation of the action-mode conversation (the shared prefix ends with its `<|im_end|>`
+    and newline): a follow-up user turn asking `prompt` in the chain-of-thought mode, the assistant turn opened with
+    `<cot>`. The model writes its reasoning and ends at `</cot>` or its turn's `<|im_end|>` (the eos)."""
+    return f"{IM_START}user\n{prompt.strip()} {COT}{IM_END}\n{IM_START}assistant\n{COT_OPEN}"

@@ -1,0 +1,41 @@
+"""One frame's prefix for XR0 (batch-first; the engine never looks inside): the processor's tokens and pixels, and
+the robot state the DiT reads beside the KV."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class XR0PrefixInputs:
+    """`input_ids [B, L]` right-padded, row b valid up to `lengths[b]`; `pixel_values [patches, patch_dim]` and
+    `image_grid_thw [images, 3]` of every row's images in row order (None: no images); `state [B, state_dim]` fp32."""
+
+    input_ids: torch.Tensor
+    lengths: torch.Tensor
+    pixel_values: torch.Tensor | None
+    image_grid_thw: torch.Tensor | None
+    state: torch.Tensor
+
+    @staticmethod
+    def cat(rows: Sequence["XR0PrefixInputs"]) -> "XR0PrefixInputs":
+        if len(rows) == 1:
+            return rows[0]
+        length = max(r.input_ids.shape[1] for r in rows)
+        ids = torch.zeros(sum(r.input_ids.shape[0] for r in rows), length, dtype=torch.long, device=rows[0].input_ids.device)
+        i = 0
+        for r in rows:
+            ids[i : i + r.input_ids.shape[0], : r.input_ids.shape[1]] = r.input_ids
+            i += r.input_ids.shape[0]
+        with_images = [r for r in rows if r.pixel_values is not None]
+        if with_images and len(with_images) != len(rows):
+            raise ValueError("XR0PrefixInputs.cat: every row must have images, or none")
+        return XR0PrefixInputs(
+            ids,
+            torch.cat([r.lengths for r in rows]),
+            torch.cat([r.pixel_values for r in rows]) if with_images else None,
+            torch.cat([r.image_grid_thw for r in rows]) if with_images else None,
+            torch.cat([r.state for r in rows]),
+        )

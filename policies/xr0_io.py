@@ -1,0 +1,107 @@
+"""Xiaomi-Robotics-0's observation and text conventions: the cameras as titled views in its action-mode chat prompt
+(model/xr0/xr0_prompt.py), tokenised and patched by transformers' own Qwen3-VL processor (smart resize, image
+pads, chat template: nothing re-implemented), the raw robot state zero-padded to the DiT's state width, and language
+tasks as a chain-of-thought follow-up turn after the prefix."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from oxygen_gym.model.pi05.prompt import resize_with_pad
+from oxygen_gym.model.qwen3_vl.qwen_inputs import ImageOnlyQwen3VLProcessor
+from oxygen_gym.model.qwen3_vl.qwen_tokenizer import QwenTokenizer, builtin_qwen_tokenizer
+from oxygen_gym.model.xr0 import xr0_prompt
+from oxygen_gym.model.xr0.xr0_model import XR0Model, build_xr0
+from oxygen_gym.model.xr0.xr0_prefix import XR0PrefixInputs
+
+from . import normalize
+from .inputs import ObservationError
+from .model_io import ModelIO, PolicyFamily, register_family
+from .robots import RobotSpec
+
+# robot camera -> XR0 view (deploy/server.py's view names, as physical-ai-studio records them)
+VIEWS = {
+    "libero": {"base": "base", "wrist": "wrist_left"},
+    "droid": {"exterior": "base", "wrist": "wrist_left"},
+    "aloha": {"high": "base", "left_wrist": "wrist_left", "right_wrist": "wrist_right"},
+}
+
+
+def default_views(robot: RobotSpec) -> dict[str, str]:
+    return dict(VIEWS.get(robot.name, {cam: cam for cam in robot.cameras}))
+
+
+def make_processor(model: XR0Model, tokenizer: QwenTokenizer) -> ImageOnlyQwen3VLProcessor:
+    """Qwen's processor at this model's square input size (min = max pixels: a square camera image keeps its size)."""
+    from transformers import Qwen2VLImageProcessor
+
+    v = model.config.backbone["vision_config"]
+    side = model.config.image_size
+    images = Qwen2VLImageProcessor(
+        patch_size=v["patch_size"], temporal_patch_size=v["temporal_patch_size"], merge_size=v["spatial_merge_size"],
+        min_pixels=side * side, max_pixels=side * side, image_mean=[0.5] * 3, image_std=[0.5] * 3,
+    )
+    return ImageOnlyQwen3VLProcessor(images, tokenizer.hf, chat_template=tokenizer.hf.chat_template)
+
+
+class XR0IO(ModelIO):
+    def __init__(
+        self,
+        model: XR0Model,
+        tokenizer: QwenTokenizer,
+        *,
+        robot: RobotSpec,
+        camera_slots: dict[str, str],
+        state_normalizer: normalize.Normalizer,
+        image_resize: str = "pil",
+    ) -> None:
+        """`camera_slots`: robot camera -> XR0 view name (`base`, `wrist_left`, `wrist_right`), in prompt order."""
+        self.model, self.tokenizer, self.robot, self.state_norm = model, tokenizer, robot, state_normalizer
+        self.views = camera_slots if set(camera_slots.values()) - set(robot.cameras.values()) else default_views(robot)
+        if len(self.views) > model.config.max_images:
+            raise ValueError(f"camera_slots: {len(self.views)} views, the model takes at most {model.config.max_images}")
+        self.processor = make_processor(model, tokenizer)
+        self.image_token_id = int(model.config.backbone["image_token_id"])
+
+    def prefix_inputs(self, images: dict[str, np.ndarray], state: np.ndarray, prompt: str) -> XR0PrefixInputs:
+        c = self.model.config
+        cams = [cam for cam in self.views if cam in images]
+        side = c.image_size
+        frames = [resize_with_pad(images[cam], side, side) for cam in cams]
+        messages = xr0_prompt.action_messages(prompt, [self.views[cam] for cam in cams])
+        text = self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
+        out = self.processor(images=frames or None, text=[text], return_tensors="pt")
+        ids = out["input_ids"]
+        text_tokens = int((ids != self.image_token_id).sum())
+        if text_tokens > c.max_prompt_tokens:
+            raise ObservationError(
+                f"obs['prompt']: the prompt takes {text_tokens} text tokens with its template; the model's slots hold "
+                f"{c.max_prompt_tokens} (a shorter instruction, or a config with a larger max_prompt_tokens)"
+            )
+        dev = self.model.device
+        robot_state = self.state_norm.normalize(self.robot.state_to_model(state.astype(np.float32)))
+        if robot_state.shape[0] > c.state_dim:
+            raise ObservationError(f"obs['state']: {robot_state.shape[0]} dims, the model's DiT takes {c.state_dim}")
+        padded = np.zeros(c.state_dim, np.float32)
+        padded[: robot_state.shape[0]] = robot_state
+        pix, grid = out.get("pixel_values"), out.get("image_grid_thw")
+        return XR0PrefixInputs(
+            ids.to(dev), torch.tensor([ids.shape[1]], device=dev),
+            None if pix is None else pix.to(dev, self.model.dtype), None if grid is None else grid.to(dev),
+            torch.from_numpy(padded)[None].to(dev),
+        )
+
+    def task_prompt_ids(self, prompt: str) -> list[int]:
+        return self.tokenizer.encode(xr0_prompt.language_turn(prompt))
+
+
+def build_builtin(name: str, robot: RobotSpec, device, dtype, overrides, seed: int) -> tuple[XR0Model, QwenTokenizer, dict]:
+    """A random-weight built-in XR0 (`xr0-tiny`, `xr0-small`, `xr0`) with the built-in byte-level Qwen tokenizer and
+    no statistics (identity), unless `norm_stats` / `tokenizer` / `camera_map` are given."""
+    model = build_xr0(name, seed=seed, device=device, dtype=dtype)
+    tok = overrides.tokenizer if isinstance(overrides.tokenizer, QwenTokenizer) else QwenTokenizer(builtin_qwen_tokenizer())
+    views = dict(overrides.camera_map) if overrides.camera_map else default_views(robot)
+    return model, tok, dict(camera_slots=views)
+
+
+register_family(PolicyFamily("xr0", XR0Model, XR0IO, ("xr0-tiny", "xr0-small", "xr0"), build_builtin))
