@@ -61,7 +61,7 @@ OPTIONS = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=Path, help="folder for results.json, results.md, plots/")
-    parser.add_argument("--preset", choices=sorted(PRESETS), help="gpu: pi05 dims on CUDA; cpu: the docs' small sweep; smoke: tiny, seconds")
+    parser.add_argument("--preset", choices=sorted(PRESETS), help="gpu: pi05 dims on CUDA; cpu: the docs' small sweep; xr0-cpu / heads-cpu: paper Tables 1 and 4 on a CPU; smoke: tiny, seconds")
     for flag, (_, kwargs) in OPTIONS.items():
         parser.add_argument(flag, default=None, **kwargs)
     parser.add_argument("--no-calibrate", action="store_true", help="skip the per-kernel-path decode scaling")

@@ -95,6 +95,7 @@ class BenchConfig:
 # Named runs. `gpu`: the pi0.5-dims LIBERO sweep the issue asks to fit in 8 minutes on one H200 (N=30, k in {1, 5},
 # plus isolated and shared; N=5 for the sharing ratio; S=5 for the heatmap's second column; a 3,000-frame soak).
 # `cpu`: the `small` LIBERO sweep in docs/benchmarks.md. `smoke`: every output from a `tiny` run in seconds.
+# `xr0-cpu`, `heads-cpu`: paper Tables 1 (XR0 row) and 4 on a CPU (docs/benchmarks.md).
 PRESETS: dict[str, dict] = {
     "gpu": dict(
         model="pi05", robot="libero", device="cuda", modes=("isolated", "shared", "oxygen"), N=(5, 30), k=(1, 5),
@@ -103,6 +104,16 @@ PRESETS: dict[str, dict] = {
     "cpu": dict(
         model="small", robot="libero", device="cpu", modes=ALL_MODES, N=(1, 5, 10, 20, 30), k=(1, 5, 10), S=(10, 5),
         frames=20, workloads=("fixed", "poisson:1", "mixed:5/30"),
+    ),
+    # Paper Table 1's Xiaomi-Robotics-0 row on a CPU: xr0-small (Qwen3-VL backbone + DiT), 5 Euler steps.
+    "xr0-cpu": dict(
+        model="xr0-small", robot="libero", device="cpu", modes=("isolated", "shared", "oxygen"), N=(10, 30), k=(1, 5),
+        S=(5,), frames=20,
+    ),
+    # Paper Table 4's trend: 1-3 action experts on one prefill (multi-small: pi0.5 small + two experts).
+    "heads-cpu": dict(
+        model="multi-small", robot="libero", device="cpu", modes=("isolated", "shared", "oxygen"), N=(5, 30), k=(5,),
+        S=(10,), heads=(1, 2, 3), frames=16,
     ),
     "smoke": dict(
         model="tiny", robot="libero", device="cpu", modes=ALL_MODES, N=(2, 6), k=(1, 3), S=(10, 5), frames=6,

@@ -127,6 +127,10 @@ class XR0Config:
     def to_dict(self) -> dict[str, Any]:
         return copy.deepcopy(asdict(self))
 
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready (what bench records as the model's dims)."""
+        return self.to_dict()
+
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "XR0Config":
         d = copy.deepcopy(d)
