@@ -152,3 +152,20 @@ def test_generate_stops_at_eos():
         want = ref_eos.generate(input_ids=row[None], pixel_values=pv, image_grid_thw=thw, max_new_tokens=10, do_sample=False)
     got = ours_eos.generate(row[None], pv, thw, max_new_tokens=10)
     assert got == want[0, len(row):].tolist() == free[: free.index(eos) + 1]
+
+
+def test_bf16_stays_within_bf16_noise_of_transformers():
+    """bf16 weights and cache (fp32 pixels in): within bf16 rounding of transformers' own bf16 run. Measured max abs
+    logit error 5.9e-3 ours vs transformers bf16 (transformers bf16 vs fp32: 6.8e-3): bound 2.5e-2, ~4x."""
+    ref, ours = make_pair("gqa4_untied_ds2")
+    ref, ours = ref.to(torch.bfloat16), ours.to(torch.bfloat16)
+    gen = torch.Generator().manual_seed(3)
+    row, pv, thw = prompt(gen, [G1], [3, 4]), pixels(gen, [G1]), grid_tensor([G1])
+    with torch.no_grad():
+        want = ref(input_ids=row[None], pixel_values=pv, image_grid_thw=thw, use_cache=True).logits[0].float()
+    cache = ours.new_cache(1, 32)
+    pre = ours.prefill(cache, row[None], pv, thw)
+    assert cache.k.dtype == torch.bfloat16 and pre.hidden.dtype == torch.bfloat16
+    assert (ours.lm_logits(pre.hidden[0]) - want).abs().max() <= 2.5e-2
+    logits = ours.decode_step(cache, row[-1:], pre.next_positions, pre.lengths, read_len=32)
+    assert logits.dtype == torch.float32 and torch.isfinite(logits).all()
