@@ -11,6 +11,8 @@ import pytest
 import torch
 from qwen3_vl_tiny import CONFIGS, IMAGE, grid_tensor, make_pair, pixels, prompt, right_pad
 
+from oxygen_gym.model.qwen3_vl.mrope import mrope_positions
+
 # Tolerances (max abs error): ~5x what CPU fp32 measured on these configs (torch 2.13, transformers 4.57.6):
 LOGITS_TOL = 3e-6  # measured 5.7e-7 (|logits| <= 1.1)
 K_TOL = 4e-5  # measured 8.3e-6: keys are per-head RMS-normed (|k| <= 4.5), which amplifies upstream rounding
@@ -68,6 +70,25 @@ def test_vision_tower_matches(pair):
         assert (got - want).abs().max() <= VISION_TOL
         for g, w in zip(got_ds, want_ds, strict=True):
             assert (g - w).abs().max() <= VISION_TOL
+
+
+def test_positions_equal_get_rope_index_of_a_left_padded_batch(pair):
+    """Our right-padded rows against transformers' left-padded batch with an attention mask: equal on valid tokens."""
+    ref, ours = pair
+    rows, _ = batch_inputs()
+    ids, lengths = right_pad(rows)
+    left = torch.zeros_like(ids)
+    mask = torch.zeros_like(ids)
+    for b, row in enumerate(rows):
+        left[b, ids.shape[1] - len(row):], mask[b, ids.shape[1] - len(row):] = row, 1
+    grids = grid_tensor([g for grids, _ in BATCH for g in grids])
+    want, deltas = ref.model.get_rope_index(left, grids, attention_mask=mask)
+    got, nxt = mrope_positions(ids, lengths, grids, IMAGE, 2)
+    assert got.shape == want.shape == (3, len(rows), ids.shape[1])
+    for b, row in enumerate(rows):
+        n = len(row)
+        assert torch.equal(got[:, b, :n], want[:, b, ids.shape[1] - n:])
+        assert int(nxt[b]) == int(want[:, b].max()) + 1 == ids.shape[1] + int(deltas[b, 0])
 
 
 def test_prefill_logits_and_next_positions(pair, prefilled):
