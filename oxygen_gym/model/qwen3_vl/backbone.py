@@ -16,7 +16,7 @@ from torch import nn
 from transformers import Qwen3VLConfig
 
 from ...engine.kv_cache import KVCache
-from ...engine.model_api import KVLayout
+from ...engine.model_api import KVLayout, PrefixState
 from .input_checks import check_images, row_lengths
 from .mrope import frequency_axes, mrope_cos_sin, mrope_positions, rope_inv_freq, text_positions
 from .qwen_config import Qwen3VLSpec
@@ -37,6 +37,10 @@ class Qwen3VLPrefill:
     lengths: torch.Tensor
     next_positions: torch.Tensor
     hidden_states: list[torch.Tensor] | None = None
+
+    def prefix_state(self) -> PrefixState:
+        """The engine's view: lengths and the M-RoPE position a continuation starts at (a family adds its extras)."""
+        return PrefixState(self.lengths, self.next_positions)
 
 
 class _Qwen3VLModel(nn.Module):
@@ -150,7 +154,8 @@ class Qwen3VLBackbone(nn.Module):
         output_hidden_states: bool = False,
     ) -> Qwen3VLPrefill:
         """Run the prompts `input_ids [B, L]` (right-padded: row b valid up to `lengths[b]`, or a right-padded
-        `attention_mask`), writing row b's K/V at cache indices [0, lengths[b]) of cache rows [0, B)."""
+        `attention_mask`), writing row b's K/V at cache indices [0, lengths[b]) of cache rows [0, B).
+        `pixel_values` / `image_grid_thw`: every image of every row, rows in order (the processor's layout)."""
         input_ids = input_ids.to(self.device)
         lengths = row_lengths(input_ids, lengths, attention_mask)
         b, length = input_ids.shape

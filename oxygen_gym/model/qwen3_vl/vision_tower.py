@@ -128,14 +128,15 @@ class Qwen3VLVisionTower(nn.Module):
         in the processor's patch order. transformers' `fast_pos_embed_interpolate` computes the same four-tap sum."""
         s = self.d.grid_side
         table = self.pos_embed.weight.view(s, s, -1)
-        ys, xs = torch.linspace(0, s - 1, h), torch.linspace(0, s - 1, w)
+        dev = table.device
+        ys, xs = torch.linspace(0, s - 1, h, device=dev), torch.linspace(0, s - 1, w, device=dev)
         y0, x0 = ys.floor().long(), xs.floor().long()
         y1, x1 = (y0 + 1).clamp(max=s - 1), (x0 + 1).clamp(max=s - 1)
         dy = (ys - y0).to(table)[:, None, None]
         dx = (xs - x0).to(table)[None, :, None]
         grid = (table[y0][:, x0] * (1 - dx) + table[y0][:, x1] * dx) * (1 - dy)
         grid = grid + (table[y1][:, x0] * (1 - dx) + table[y1][:, x1] * dx) * dy  # [h, w, width]
-        rc = merge_block_order(t, h, w, self.d.merge_size)
+        rc = merge_block_order(t, h, w, self.d.merge_size).to(dev)
         return grid[rc[:, 0], rc[:, 1]]
 
     def rotary(self, grids: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
