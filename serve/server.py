@@ -80,12 +80,12 @@ class PolicyServer:
         self.template = template
         self.config = config.check()
         model = template.model
-        cfg = model.config
+        kv = model.kv_layout  # any family: the engine seam says what a slot holds
         max_batch = config.max_robots if config.batching else 1
         num_slots = config.num_slots or config.max_robots * slots_per_robot(template)
         self.pool = SlotPool(
-            num_slots, template.pool.capacity, layers=cfg.vlm.depth, kv_heads=cfg.vlm.num_kv_heads,
-            head_dim=cfg.vlm.head_dim, device=model.device, dtype=model.dtype, scratch_rows=max_batch,
+            num_slots, template.pool.capacity, layers=kv.layers, kv_heads=kv.kv_heads,
+            head_dim=kv.head_dim, device=model.device, dtype=model.dtype, scratch_rows=max_batch,
         )
         self.scheduler = BatchScheduler(model, self.pool, num_steps=template.num_steps, prefill_rows=config.prefill_rows)
         self.engine = EngineLoop(

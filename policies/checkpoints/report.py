@@ -90,8 +90,14 @@ def report(conv: Conventions, prompt: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..model_io import builtin_names
     from .resolve import resolve_conventions
 
+    if args.checkpoint in builtin_names():
+        from ..builtin_report import builtin_report
+
+        print(builtin_report(args.checkpoint, args.robot, args.prompt))
+        return 0
     try:
         conv = resolve_conventions(args.checkpoint, args.robot, ConventionOverrides.from_args(args))
     except (ValueError, FileNotFoundError) as e:

@@ -205,7 +205,9 @@ def _full() -> XR0Config:
     vision = {"depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16, "out_hidden_size": 2560,
               "num_position_embeddings": 2304, "deepstack_visual_indexes": [5, 11, 17]}
     # Special ids are the built-in tokenizer's (a published checkpoint's config.json carries Qwen's own).
-    return XR0Config(_backbone(text, vision, 151936, BUILTIN_SPECIALS), DiTDims(), read_layers=16)
+    # Tied as published (the parameter count is the real one); its random greedy text repeats, which the full-size
+    # built-in (benchmarks, GPU checks) does not test.
+    return XR0Config(_backbone(text, vision, 151936, BUILTIN_SPECIALS, tied=True), DiTDims(), read_layers=16)
 
 
 _BUILTINS = {"xr0-tiny": _tiny, "xr0-small": _small, "xr0": _full}
