@@ -134,6 +134,23 @@ MUTATIONS: tuple[Mutation, ...] = (
              'out["peak_memory_bytes"] = int(held_bytes + max(transient)) if transient else None',
              'out["peak_memory_bytes"] = int(held_bytes + max(transient)) if transient else int(held_bytes)',
              ("tests/test_bench.py::test_sweep_writes_every_file_and_plot",), "a computed CPU figure reported as peak"),
+    # --- several action experts on one prefill (issue 19)
+    Mutation("every_head_uses_the_first_expert", "oxygen_gym/model/pi05/modeling.py",
+             "        if head == ACTION_HEAD:\n            return self\n", "        if True:\n            return self\n",
+             ("tests/test_multi_head.py",), "fan-out denoises every head with pi0.5's own expert"),
+    Mutation("head_noise_by_position", "policies/multitask.py",
+             "manual_seed(head_noise_seed(self.seed, frame, h))",
+             "manual_seed(head_noise_seed(self.seed, frame, str(self.action_heads.index(h))))",
+             ("tests/test_multi_head.py",), "a head's noise depends on which other heads run"),
+    Mutation("bench_one_denoise_for_e_experts", "eval/bench/ideal.py",
+             '    d_cost = E * costs.denoise.get(S, float("nan"))', '    d_cost = costs.denoise.get(S, float("nan"))',
+             ("tests/test_bench_heads.py",), "the ideal frame counts one denoise however many experts run"),
+    Mutation("xr0_reads_first_layers", "oxygen_gym/model/xr0/action_expert.py",
+             "        first = layers - self.config.read_layers\n", "        first = 0\n",
+             ("tests/test_xr0_expert.py",), "the DiT reads the backbone's first layers, not its last"),
+    Mutation("mrope_next_position_is_length", "oxygen_gym/model/xr0/xr0_model.py",
+             "return PrefixState(pre.lengths, pre.next_positions,", "return PrefixState(pre.lengths, pre.lengths.clone(),",
+             ("tests/test_xr0_engine.py",), "continuations start at the cache length, not max M-RoPE position + 1"),
 )
 
 
