@@ -89,13 +89,23 @@ def report(conv: Conventions, prompt: str) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
-    from .resolve import resolve_conventions
+def inspect_text(checkpoint, robot, overrides: ConventionOverrides, prompt: str) -> str:
+    """The inspect text of any family's checkpoint: its family is told from the folder (or `overrides.family`) by
+    the registry (policies/model_io.py), whose `inspect` hook prints it."""
+    from ..model_io import checkpoint_family
+    from ..robots import RobotSpec, get_robot
+    from .resolve import checkpoint_root
 
+    robot = robot if isinstance(robot, RobotSpec) else get_robot(robot)
+    root = checkpoint_root(checkpoint, overrides.revision)
+    return checkpoint_family(root, overrides.family).inspect(root, robot, overrides, prompt)
+
+
+def run(args: argparse.Namespace) -> int:
     try:
-        conv = resolve_conventions(args.checkpoint, args.robot, ConventionOverrides.from_args(args))
-    except (ValueError, FileNotFoundError) as e:
+        text = inspect_text(args.checkpoint, args.robot, ConventionOverrides.from_args(args), args.prompt)
+    except (ValueError, FileNotFoundError, KeyError) as e:
         print(f"oxygen-gym inspect: error: {e}", file=sys.stderr)
         return 2
-    print(report(conv, args.prompt))
+    print(text)
     return 0
