@@ -133,16 +133,13 @@ def test_missing_tokenizer(folder):
 
 
 def test_a_wrong_tokenizer_is_refused(folder):
-    from transformers import GPT2TokenizerFast  # noqa: F401 - any tokenizer without Qwen's image pad id
-
-    hf = builtin_qwen_tokenizer()
-    wrong = folder / "wrong"
-    hf.save_pretrained(str(wrong))
+    other = folder / "other"  # a readable Qwen tokenizer, but the config's image pad id points elsewhere in it
+    builtin_qwen_tokenizer().save_pretrained(str(other))
     cfg = json.loads((folder / "config.json").read_text())
     cfg["vlm_config"]["image_token_id"] = 100  # a byte, not <|image_pad|>
     (folder / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match=r"id 100 \(config.json image_token_id\) is .*not '<\|image_pad\|>'"):
-        MultiTaskPolicy.from_pretrained(folder, robot="libero", asset_id="libero", tokenizer=wrong)
+        MultiTaskPolicy.from_pretrained(folder, robot="libero", asset_id="libero", tokenizer=other)
 
 
 def _drop(folder, key, keep_in_index=False):
