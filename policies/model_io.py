@@ -1,12 +1,14 @@
 """What a policy needs of a model family besides the engine seam (engine/model_api.py): how a checked observation
 becomes the family's prefix bundle, how a language task's prompt becomes the tokens that continue that prefix, and
-the tokenizer that decodes the text. Each family registers one `PolicyFamily` (its IO and its built-in models);
-`io_for` finds a model's by its class, so the policy holds no family-specific branch."""
+the tokenizer that decodes the text. Each family registers one `PolicyFamily` (its IO, its built-in models, and how it
+tells and loads its checkpoint folders); `io_for` finds a model's by its class and `checkpoint_family` a folder's by
+its files, so the policy holds no family-specific branch."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,13 +40,24 @@ class ModelIO(ABC):
 class PolicyFamily:
     """One model family as the policy layer sees it: its model class, how to bind its IO, and its built-in
     random-weight models. `build_builtin(name, robot, device, dtype, overrides, seed)` returns (model, tokenizer,
-    extra MultiTaskPolicy keyword arguments)."""
+    extra MultiTaskPolicy keyword arguments).
+
+    Checkpoint folders: `checkpoint_families` are the names `family=` accepts for this family's folders;
+    `detects(root)` says from the files alone whether a folder is this family's (None: the family takes every folder
+    no other family detects: pi0.5, whose own sub-families are told apart by its resolver); `load(root, robot,
+    overrides, device, dtype)` returns (model, tokenizer, extra MultiTaskPolicy keyword arguments, conventions with
+    `.warnings`); `inspect(root, robot, overrides, prompt)` returns the `oxygen-gym inspect` text without loading
+    weights."""
 
     name: str
     model_class: type
     make_io: Callable[..., ModelIO]
     builtins: tuple[str, ...] = ()
     build_builtin: Callable[..., tuple[Any, Any, dict]] | None = None
+    checkpoint_families: tuple[str, ...] = ()
+    detects: Callable[[Path], bool] | None = None
+    load: Callable[..., tuple[Any, Any, dict, Any]] | None = None
+    inspect: Callable[..., str] | None = None
 
 
 FAMILIES: dict[str, PolicyFamily] = {}
@@ -56,6 +69,37 @@ def register_family(family: PolicyFamily) -> None:
     if clash:
         raise ValueError(f"built-in model name(s) {clash} are already {taken[clash[0]]!r}'s")
     FAMILIES[family.name] = family
+
+
+def registered_families() -> dict[str, PolicyFamily]:
+    """Every family (each family's module registers it on import: import them here, so a caller that only needs the
+    registry, such as the override checks, sees all of them)."""
+    from . import pi05_io, xr0_io  # noqa: F401
+
+    return FAMILIES
+
+
+def checkpoint_family_names() -> tuple[str, ...]:
+    """Every name `family=` accepts, over all families."""
+    return tuple(n for f in registered_families().values() for n in f.checkpoint_families)
+
+
+def checkpoint_family(root: Path, family: str | None = None) -> PolicyFamily:
+    """The family that loads checkpoint folder `root`: the one whose `checkpoint_families` holds `family` when it is
+    given, else the first whose `detects(root)` is true, else the one family that takes every other folder."""
+    families = [f for f in registered_families().values() if f.load is not None]
+    if family is not None:
+        for f in families:
+            if family in f.checkpoint_families:
+                return f
+        raise ValueError(f"family must be one of {checkpoint_family_names()}, got {family!r}")
+    for f in families:
+        if f.detects is not None and f.detects(root):
+            return f
+    fallback = [f for f in families if f.detects is None]
+    if len(fallback) != 1:
+        raise RuntimeError(f"policy families: exactly one may take undetected folders, found {[f.name for f in fallback]}")
+    return fallback[0]
 
 
 def builtin_names() -> list[str]:

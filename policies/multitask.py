@@ -24,7 +24,7 @@ from oxygen_gym.engine.model_api import EngineModel
 from . import normalize, pi05_io, xr0_io  # noqa: F401 - each registers its family (model_io.py)
 from .inputs import check_observation
 from .language import LanguageTask, LanguageUpdate, TextStream
-from .model_io import ModelIO, builtin_names, family_of_builtin, io_for
+from .model_io import ModelIO, builtin_names, checkpoint_family, family_of_builtin, io_for
 from .robots import RobotSpec, get_robot
 
 if TYPE_CHECKING:
@@ -194,15 +194,18 @@ class MultiTaskPolicy:
         **kwargs,
     ) -> "MultiTaskPolicy":
         """A built-in model name (`tiny`, `small`, `pi05`: random weights from `seed`), a shipped trained model
-        (`libero-spatial`, model/trained.py), or a pi0.5 checkpoint folder / hub id of any family that
-        policies/checkpoints knows (ours, lerobot, openpi). A checkpoint's cameras, normalisation, chunk, prompt
-        format and tokenizer are resolved before its weights load, as its authors' own eval does; every guess is a
-        `CheckpointGuessWarning` naming the argument that overrides it (`oxygen-gym inspect` lists them)."""
+        (`libero-spatial`, model/trained.py), or a checkpoint folder / hub id: pi0.5 of any family that
+        policies/checkpoints knows (ours, lerobot, openpi), or Xiaomi-Robotics-0 (`xr0`: its config.json has
+        MiBoTConfig's fields; `asset_id=` selects its robot_type's statistics). The folder's family is told from its
+        files by the registry (policies/model_io.py `checkpoint_family`; `family=` names it instead). A
+        checkpoint's cameras, normalisation, chunk, prompt format and tokenizer are resolved before its weights load,
+        as its authors' own eval does; every guess is a `CheckpointGuessWarning` naming the argument that overrides
+        it (`oxygen-gym inspect` lists them)."""
         import warnings
 
         from oxygen_gym.model.pi05.init import default_dtype
 
-        from .checkpoints import CheckpointGuessWarning, ConventionOverrides, resolve_conventions
+        from .checkpoints import CheckpointGuessWarning, ConventionOverrides, checkpoint_root
 
         if mode not in POLICY_MODES:
             raise ValueError(f"mode: unknown mode {mode!r}; expected one of {POLICY_MODES}")
@@ -219,18 +222,15 @@ class MultiTaskPolicy:
                 name_or_path, robot_spec, dev, dtype, overrides, seed=seed, tasks=tasks, decode_budget=decode_budget,
                 target_action_hz=target_action_hz, language_deadline_s=language_deadline_s, mode=mode, **kwargs,
             )
-        from oxygen_gym.model.pi05.loading import load_pretrained
-
-        conv = resolve_conventions(name_or_path, robot_spec, overrides)
+        root = checkpoint_root(name_or_path, overrides.revision)
+        model, tok, family_kwargs, conv = checkpoint_family(root, overrides.family).load(
+            root, robot_spec, overrides, dev, dtype
+        )
         for message in conv.warnings:
             warnings.warn(f"{conv.root.name}: {message}", CheckpointGuessWarning, stacklevel=2)
-        model = load_pretrained(conv.root, config=conv.config, device=dev, dtype=dtype, asset_id=conv.asset_id)
         policy = cls(
-            model, conv.tokenizer, robot=robot_spec, tasks=tasks, decode_budget=decode_budget,
-            target_action_hz=target_action_hz, language_deadline_s=language_deadline_s, mode=mode, seed=seed,
-            action_horizon=conv.n_actions, chunk=conv.config.action_horizon, camera_slots=conv.camera_slots,
-            state_normalizer=conv.state_norm, action_normalizer=conv.action_norm, image_resize=conv.image_resize,
-            **kwargs,
+            model, tok, robot=robot_spec, tasks=tasks, decode_budget=decode_budget, target_action_hz=target_action_hz,
+            language_deadline_s=language_deadline_s, mode=mode, seed=seed, **family_kwargs, **kwargs,
         )
         policy.conventions = conv
         return policy

@@ -71,4 +71,25 @@ def _builtin_names() -> tuple[str, ...]:
     return tuple(BUILTIN)
 
 
-register_family(PolicyFamily("pi05", PI05Model, PI05IO, _builtin_names(), build_builtin))
+def _load(*args, **kwargs):
+    from .checkpoints.pi05_load import load_pi05  # lazily: the checkpoint resolver imports this module's registry
+
+    return load_pi05(*args, **kwargs)
+
+
+def _inspect(*args, **kwargs) -> str:
+    from .checkpoints.pi05_load import inspect_pi05
+
+    return inspect_pi05(*args, **kwargs)
+
+
+def _checkpoint_families() -> tuple[str, ...]:
+    from .checkpoints.family import FAMILIES
+
+    return FAMILIES
+
+
+register_family(PolicyFamily(
+    "pi05", PI05Model, PI05IO, _builtin_names(), build_builtin, checkpoint_families=_checkpoint_families(),
+    detects=None, load=_load, inspect=_inspect,
+))

@@ -104,4 +104,25 @@ def build_builtin(name: str, robot: RobotSpec, device, dtype, overrides, seed: i
     return model, tok, dict(camera_slots=views)
 
 
-register_family(PolicyFamily("xr0", XR0Model, XR0IO, ("xr0-tiny", "xr0-small", "xr0"), build_builtin))
+def _detects(root) -> bool:
+    from .checkpoints.xr0_resolve import is_xr0_folder  # lazily: the checkpoint code imports this module's VIEWS
+
+    return is_xr0_folder(root)
+
+
+def _load(*args, **kwargs):
+    from .checkpoints.xr0_load import load_xr0
+
+    return load_xr0(*args, **kwargs)
+
+
+def _inspect(*args, **kwargs) -> str:
+    from .checkpoints.xr0_load import inspect_xr0
+
+    return inspect_xr0(*args, **kwargs)
+
+
+register_family(PolicyFamily(
+    "xr0", XR0Model, XR0IO, ("xr0-tiny", "xr0-small", "xr0"), build_builtin, checkpoint_families=("xr0",),
+    detects=_detects, load=_load, inspect=_inspect,
+))

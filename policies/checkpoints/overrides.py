@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from .family import FAMILIES
 
 IMAGE_RESIZES = ("pil", "torch")  # PIL bilinear on uint8 (openpi's client) | torch bilinear, no antialias (lerobot)
 
@@ -34,13 +33,13 @@ class OverrideError(ValueError):
 class ConventionOverrides:
     """One value per convention a caller may impose on a checkpoint; None = the checkpoint decides."""
 
-    tokenizer: Any = None  # PaliGemma SentencePiece model: a path (file or folder) or a tokenizer object
-    norm_stats: Any = None  # a dict, a path (norm_stats.json or a stats folder), or "identity" (run unnormalised)
-    asset_id: str | None = None  # openpi: which assets/<id>/norm_stats.json
+    tokenizer: Any = None  # pi0.5: PaliGemma SentencePiece model (path or object); XR0: a Qwen tokenizer (folder or object)
+    norm_stats: Any = None  # a dict, a path (norm_stats.json, a stats folder; XR0: preprocessor_config.json), or "identity"
+    asset_id: str | None = None  # openpi: which assets/<id>/norm_stats.json; XR0: which robot_type's statistics
     camera_map: dict[str, str] | None = None  # robot camera -> checkpoint image feature
     discrete_state: bool | None = None  # state bins in the prompt
     action_horizon: int | None = None  # actions denoised
-    family: str | None = None  # which project wrote the checkpoint (one of FAMILIES), instead of detecting it
+    family: str | None = None  # which project wrote the checkpoint (model_io.checkpoint_family_names()), not detected
     image_resize: str | None = None  # one of IMAGE_RESIZES
     revision: str | None = None  # hub revision of a hub id
 
@@ -77,10 +76,13 @@ class ConventionOverrides:
         """The checkpoint-convention flags of inspect, eval, demo and serve (dest = the field name)."""
         g = parser.add_argument_group("checkpoint conventions (each overrides a value read or guessed from the checkpoint)")
         g.add_argument("--tokenizer", default=None, metavar="PATH",
-                       help="PaliGemma SentencePiece model (file, or folder holding tokenizer.model)")
+                       help="PaliGemma SentencePiece model (file, or folder holding tokenizer.model); XR0: a Qwen "
+                            "tokenizer folder (tokenizer.json / tokenizer_config.json)")
         g.add_argument("--norm-stats", default=None, metavar="PATH|identity",
                        help="normalisation statistics (norm_stats.json or a folder), or 'identity' to run unnormalised")
-        g.add_argument("--asset-id", default=None, help="openpi: which assets/<id>/norm_stats.json to use")
+        g.add_argument("--asset-id", default=None,
+                       help="openpi: which assets/<id>/norm_stats.json to use; XR0: which robot_type's statistics in "
+                            "preprocessor_config.json")
         g.add_argument("--camera-map", default=None, metavar="CAM=FEATURE,...",
                        help="robot camera -> checkpoint image feature, e.g. base=image,wrist=image2")
         ds = g.add_mutually_exclusive_group()
@@ -90,7 +92,8 @@ class ConventionOverrides:
                         help="prompt without state (openpi's pi05_libero)")
         g.add_argument("--action-horizon", type=int, default=None, help="actions denoised (default: the checkpoint's chunk)")
         g.add_argument("--family", default=None,
-                       help="override the detected family: ours, lerobot<=0.4.4, lerobot>=0.5, openpi, openpi-training")
+                       help="override the detected family: ours, lerobot<=0.4.4, lerobot>=0.5, openpi, "
+                            "openpi-training, xr0")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ConventionOverrides:
@@ -123,8 +126,11 @@ def _check(o: ConventionOverrides) -> None:
     h = o.action_horizon
     if h is not None and (isinstance(h, bool) or not isinstance(h, int) or h < 1):
         raise OverrideError("action_horizon", f"action_horizon must be a positive int or None, got {h!r}")
-    if o.family is not None and o.family not in FAMILIES:
-        raise OverrideError("family", f"family must be one of {FAMILIES}, got {o.family!r}")
+    if o.family is not None:
+        from ..model_io import checkpoint_family_names  # every registered family's names (pi0.5's and xr0)
+
+        if o.family not in checkpoint_family_names():
+            raise OverrideError("family", f"family must be one of {checkpoint_family_names()}, got {o.family!r}")
     if o.image_resize is not None and o.image_resize not in IMAGE_RESIZES:
         raise OverrideError("image_resize", f"image_resize must be one of {IMAGE_RESIZES}, got {o.image_resize!r}")
     for name in ("asset_id", "revision"):

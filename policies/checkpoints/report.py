@@ -89,9 +89,20 @@ def report(conv: Conventions, prompt: str) -> str:
     return "\n".join(lines)
 
 
+def inspect_text(checkpoint, robot, overrides: ConventionOverrides, prompt: str) -> str:
+    """The inspect text of any family's checkpoint: its family is told from the folder (or `overrides.family`) by
+    the registry (policies/model_io.py), whose `inspect` hook prints it."""
+    from ..model_io import checkpoint_family
+    from ..robots import RobotSpec, get_robot
+    from .resolve import checkpoint_root
+
+    robot = robot if isinstance(robot, RobotSpec) else get_robot(robot)
+    root = checkpoint_root(checkpoint, overrides.revision)
+    return checkpoint_family(root, overrides.family).inspect(root, robot, overrides, prompt)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..model_io import builtin_names
-    from .resolve import resolve_conventions
 
     if args.checkpoint in builtin_names():
         from ..builtin_report import builtin_report
@@ -99,9 +110,9 @@ def run(args: argparse.Namespace) -> int:
         print(builtin_report(args.checkpoint, args.robot, args.prompt))
         return 0
     try:
-        conv = resolve_conventions(args.checkpoint, args.robot, ConventionOverrides.from_args(args))
-    except (ValueError, FileNotFoundError) as e:
+        text = inspect_text(args.checkpoint, args.robot, ConventionOverrides.from_args(args), args.prompt)
+    except (ValueError, FileNotFoundError, KeyError) as e:
         print(f"oxygen-gym inspect: error: {e}", file=sys.stderr)
         return 2
-    print(report(conv, args.prompt))
+    print(text)
     return 0

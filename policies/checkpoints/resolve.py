@@ -109,6 +109,9 @@ def resolve_conventions(
     cfg = read_config_json(root)
     warnings: list[str] = []
     family = o.family
+    if family is not None and family not in FAMILIES:
+        raise ValueError(f"family {family!r} is not a pi0.5 family ({FAMILIES}): resolve_conventions resolves pi0.5 "
+                         f"checkpoints; MultiTaskPolicy.from_pretrained or `oxygen-gym inspect` load the others")
     if family is None:
         family, guessed = detect_family(root, cfg)
         if guessed and family == LEROBOT_04:
