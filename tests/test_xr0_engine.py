@@ -16,6 +16,7 @@ import torch
 
 from oxygen_gym.engine import runner as runner_module
 from oxygen_gym.engine.batch import BatchScheduler
+from oxygen_gym.engine.kv_cache import KVCache
 from oxygen_gym.engine.frame import FrameInput
 from oxygen_gym.engine.request import Request
 from oxygen_gym.engine.runner import ModelRunner, StaticCall
@@ -174,10 +175,15 @@ def test_denoise_head_equals_euler_over_past_key_values(both_prefills, static):
     noise = _noise(c, 8)
     ref = _euler_over_past_key_values(model, s["ks"], s["vs"], s["length"], s["hf_next"], noise, s["inputs"].state,
                                       c.num_steps)
-    pool = s["pool"]
-    before = (pool.cache.k.clone(), pool.cache.v.clone())
-    got = model.denoise_head("actions", pool.view(ROW, ROW + 1), s["state"], noise, c.num_steps, static=static)
-    assert torch.equal(pool.cache.k, before[0]) and torch.equal(pool.cache.v, before[1]), "the DiT wrote the cache"
+    # a private copy of the pool, fresh garbage past the prefix (what this test checks is not left by another test)
+    n = s["length"]
+    cache = KVCache(s["pool"].cache.k.clone(), s["pool"].cache.v.clone())
+    g = torch.Generator().manual_seed(int(static))
+    cache.k[:, :, :, n:] = torch.randn(cache.k[:, :, :, n:].shape, generator=g) * 5
+    cache.v[:, :, :, n:] = torch.randn(cache.v[:, :, :, n:].shape, generator=g) * 5
+    before = (cache.k.clone(), cache.v.clone())
+    got = model.denoise_head("actions", cache.rows(ROW, ROW + 1), s["state"], noise, c.num_steps, static=static)
+    assert torch.equal(cache.k, before[0]) and torch.equal(cache.v, before[1]), "the DiT wrote the cache"
     err = (got - ref).abs().max().item()
     assert err < ACT_TOL, err
     assert (ref - noise).abs().max() > 0.1  # the flow moved the noise
