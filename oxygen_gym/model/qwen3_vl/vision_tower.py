@@ -13,12 +13,21 @@ from torch import nn
 from ..layers import apply_rope, linear
 from .qwen_config import VisionDims
 
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+def quick_gelu(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.sigmoid(1.702 * x)
+
+
+# Module-level functions, not lambdas: a model is pickled into the `parallel` mode's worker processes.
 _ACTIVATIONS = {
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": gelu_tanh,
+    "gelu_new": gelu_tanh,
     "gelu": F.gelu,
     "silu": F.silu,
-    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),
+    "quick_gelu": quick_gelu,
 }
 
 

@@ -31,7 +31,11 @@ class XR0PrefixInputs:
             i += r.input_ids.shape[0]
         with_images = [r for r in rows if r.pixel_values is not None]
         if with_images and len(with_images) != len(rows):
-            raise ValueError("XR0PrefixInputs.cat: every row must have images, or none")
+            without = [i for i, r in enumerate(rows) if r.pixel_values is None]
+            raise ValueError(
+                f"XR0PrefixInputs.cat: pixel_values / image_grid_thw are None in rows {without} only: every row must "
+                "have images, or none"
+            )
         return XR0PrefixInputs(
             ids,
             torch.cat([r.lengths for r in rows]),
