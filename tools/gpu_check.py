@@ -35,14 +35,18 @@ nvidia-smi.txt, logs/<part>.log (stdout and stderr), bench-graphs-on/, bench-gra
 part: the device tool returns at most 8 files, at most two folders down, so point --bundle at $OUT and --out elsewhere.
 
 On a lent H200 (a fresh machine gets a copy of the working tree, has no network, and its `python3` already holds a
-CUDA torch; `make install` would try to reach a package index, so it is not used there):
+CUDA torch, transformers 5 and msgpack; `make install` would reach for a package index, so it is not used there).
+`websockets` (the serving part) is missing there: copy this machine's wheel into `.whl/` once
+(`mkdir -p .whl && cp /opt/pypi/files/websockets-17.1-cp311-*.whl .whl/`; its pure-Python fallback runs on the
+image's Python 3.12, so it is unpacked, not pip-installed), then one device `run` with carry [".whl"], timeout_s 600:
 
+    python3 -m zipfile -e .whl/websockets-17.1-*.whl /tmp/site && export PYTHONPATH=/tmp/site && \\
     python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . && \\
     timeout 560 python3 tools/gpu_check.py --out /tmp/gpu_check --bundle $OUT
 
-The serving part needs `websockets` and the episode needs the simulator stack (gymnasium, LIBERO, robosuite, mujoco),
-which that image lacks: carried as wheels (docs/benchmarks.md, "GPU verification") they are installed first;
-without them those parts are recorded as `skipped` with the missing modules named. Here, on the CPU:
+The episode needs the simulator stack (gymnasium, LIBERO, robosuite, mujoco), which neither that image nor the
+tool's 64 MiB carry holds: there the part is recorded as `skipped` with the missing modules named
+(docs/benchmarks.md, "GPU verification"). `--only NAME,...` reruns single parts. Here, on the CPU:
 
     .venv/bin/python tools/gpu_check.py --dry-run --out /tmp/gpu_check_dry
 """
