@@ -106,3 +106,20 @@ def test_gpu_plan_fits_ten_minutes_and_its_arguments_parse(tmp_path):
     assert serve.max_seconds < parts["serve"].budget_s
     episode = eval_command.config_from_args(_parse("oxygen_gym.eval.libero.eval_command", parts["libero_episode"].command[4:]))
     assert episode.device == "cuda" and episode.checkpoint == "pi05" and episode.episodes == 1
+
+
+def test_a_part_over_budget_is_killed_with_its_children_and_one_missing_a_module_is_skipped(tmp_path):
+    import time
+
+    tool = _tool()
+    (tmp_path / "logs").mkdir()
+    slow = tool.Part("slow", 1.0, ["sh", "-c", "sleep 60 & sleep 60"], "sleeps past its budget")
+    t0 = time.monotonic()
+    rec = tool.run_part(slow, tmp_path, left_s=100)
+    assert rec["status"] == "timed_out" and rec["rc"] is None and time.monotonic() - t0 < 15
+    failed = tool.run_part(tool.Part("bad", 10, [sys.executable, "-c", "raise SystemExit(3)"], "exits 3"), tmp_path, 100)
+    assert failed["status"] == "failed" and failed["rc"] == 3
+    skipped = tool.run_part(tool.Part("x", 10, ["true"], "needs a module", ("no_such_module_here",)), tmp_path, 100)
+    assert skipped["status"] == "skipped" and "no_such_module_here" in skipped["reason"]
+    late = tool.run_part(tool.Part("late", 10, ["true"], "after the deadline"), tmp_path, left_s=2)
+    assert late["status"] == "skipped" and "deadline" in late["reason"]
