@@ -7,6 +7,7 @@ stopping by itself (--max-seconds).
 import asyncio
 import http.client
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -190,7 +191,8 @@ def test_a_gone_robots_queued_frame_is_dropped_unrun(server):
     ws, _ = _raw(server)
     ws.send(msgpack_numpy.packb(_obs(3)))
     time.sleep(0.5)  # the frame is queued, waiting for the active robot's
-    ws.socket.close()  # gone without a close frame
+    ws.socket.shutdown(socket.SHUT_RDWR)  # gone without a close frame (FIN now, whoever else holds the socket)
+    ws.socket.close()
     deadline = time.monotonic() + 30
     while (after := _stats(server)["totals"])["frames_dropped"] == before["frames_dropped"] and time.monotonic() < deadline:
         time.sleep(0.1)
