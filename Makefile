@@ -45,7 +45,7 @@ clean:
 
 # The policy, serve and eval-smoke tests in a second environment at the declared minimum versions (pyproject.toml), as
 # `pip install openpi-client oxygen-gym[serve]` resolves for a user: numpy 1.26 (openpi-client pins numpy<2) and
-# openpi-client installed with its own pins; scipy for the eval CLI. torch is the same local CPU wheel as in $(VENV)
+# openpi-client installed with its own pins; scipy and gymnasium for the eval CLI. torch is the same local CPU wheel as in $(VENV)
 # (not its 2.3 floor).
 # It lives inside $(VENV): ignored by git, removed by make clean.
 VENV_MIN ?= $(VENV)/min
@@ -60,7 +60,7 @@ $(VENV_MIN)/.installed: pyproject.toml Makefile
 	printf '%s\n' $(MIN_PINS) > $(VENV_MIN)/constraints.txt
 	$(VENV_MIN)/bin/python -m pip install -q --upgrade pip
 	$(VENV_MIN)/bin/python -m pip install -q "torch==2.13.0" || $(VENV_MIN)/bin/python -m pip install -q "torch>=2.3"
-	$(VENV_MIN)/bin/python -m pip install -q -c $(VENV_MIN)/constraints.txt -e ".[serve,test]" "openpi-client>=0.1.2" "scipy>=1.10"
+	$(VENV_MIN)/bin/python -m pip install -q -c $(VENV_MIN)/constraints.txt -e ".[serve,test]" "openpi-client>=0.1.2" "scipy>=1.10" "gymnasium>=1.0"
 	touch $@
 
 # The shipped `libero-spatial` model from scratch (docs/libero-spatial.md): scripted demonstrations of libero_spatial

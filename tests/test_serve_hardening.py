@@ -58,8 +58,12 @@ def _stats(server) -> dict:
 
 
 def _wait_sessions(server, n=0, timeout_s=30.0) -> dict:
+    """Until `n` sessions are connected (and, for 0, their requests and slots are freed: that follows the count)."""
     deadline = time.monotonic() + timeout_s
-    while (s := _stats(server))["sessions"] != n and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        s = _stats(server)
+        if s["sessions"] == n and (n or (s["pool_active"], s["requests_in_flight"]) == (0, 0)):
+            break
         time.sleep(0.1)
     return s
 
