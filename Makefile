@@ -10,7 +10,7 @@ APT_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libopengl0 libosmesa
 export MUJOCO_GL ?= egl
 export PYOPENGL_PLATFORM ?= egl
 
-.PHONY: demo test install system-deps clean libero-spatial
+.PHONY: demo test test-min install system-deps clean libero-spatial
 
 demo: install
 	$(BIN)/oxygen-gym demo
@@ -42,6 +42,26 @@ $(STAMP): pyproject.toml
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# The policy, serve and eval-smoke tests in a second environment at the declared minimum versions (pyproject.toml), as
+# `pip install openpi-client oxygen-gym[serve]` resolves for a user: numpy 1.26 (openpi-client pins numpy<2) and
+# openpi-client installed with its own pins; scipy and gymnasium for the eval CLI. torch is the same local CPU wheel as in $(VENV)
+# (not its 2.3 floor).
+# It lives inside $(VENV): ignored by git, removed by make clean.
+VENV_MIN ?= $(VENV)/min
+MIN_PINS := numpy==1.26.4 websockets==15.0 msgpack==1.0.5 transformers==4.57.0
+MIN_TESTS := tests/test_numpy_compat.py tests/test_policy_*.py tests/test_serve_*.py tests/test_eval_cli.py
+test-min: $(VENV_MIN)/.installed
+	$(VENV_MIN)/bin/python -c "import numpy, websockets; assert numpy.__version__.startswith('1.26'), numpy.__version__"
+	$(VENV_MIN)/bin/python -m pytest -q $(MIN_TESTS) $(PYTEST_ARGS)
+
+$(VENV_MIN)/.installed: pyproject.toml Makefile
+	test -x $(VENV_MIN)/bin/python || $(PYTHON) -m venv $(VENV_MIN)
+	printf '%s\n' $(MIN_PINS) > $(VENV_MIN)/constraints.txt
+	$(VENV_MIN)/bin/python -m pip install -q --upgrade pip
+	$(VENV_MIN)/bin/python -m pip install -q "torch==2.13.0" || $(VENV_MIN)/bin/python -m pip install -q "torch>=2.3"
+	$(VENV_MIN)/bin/python -m pip install -q -c $(VENV_MIN)/constraints.txt -e ".[serve,test]" "openpi-client>=0.1.2" "scipy>=1.10" "gymnasium>=1.0"
+	touch $@
 
 # The shipped `libero-spatial` model from scratch (docs/libero-spatial.md): scripted demonstrations of libero_spatial
 # task 0 from init states 0-29 (1 clean + 1 noise-injected episode each), then the `compact` config trained for 2,400

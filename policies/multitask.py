@@ -34,7 +34,8 @@ POLICY_MODES = ALL_MODES  # engine/modes.py: one definition
 
 
 def _seed_for(*parts: int) -> int:
-    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1, dtype=np.uint64)[0] >> 1)
+    # Python int arithmetic: numpy 1.x promotes `uint64 >> int` to float64 and raises (numpy 2 keeps uint64)
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1, dtype=np.uint64)[0]) >> 1
 
 
 def head_noise_seed(seed: int, frame: int, head: str) -> int:

@@ -8,6 +8,7 @@ as one batched frame (engine/batch.py).
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -22,6 +23,10 @@ from oxygen_gym.engine.stats import FrameLog
 
 class EngineBusy(RuntimeError):
     """The engine queue is full (more outstanding frames than robots allowed)."""
+
+
+class SessionClosed(RuntimeError):
+    """The robot disconnected before its frame ran: the frame was dropped, never run."""
 
 
 @dataclass
@@ -42,9 +47,15 @@ class EngineLoop:
     when the engine frees up matters in closed loop: a robot whose frame missed a batch would otherwise run alone right
     after it, while the others wait for it, and the robots would stay out of step for good. `max_batch=1` serves robots
     one at a time (FIFO).
+
+    Only active robots are waited for: one whose last frame finished less than `active_s` ago. A connected robot that
+    went silent (or never sent a frame) does not hold every other robot's frame for the whole window. A robot that
+    leaves has its queued frames dropped before they run (`SessionClosed`), and never blocks a batch.
     """
 
-    def __init__(self, scheduler: BatchScheduler, *, max_batch: int, window_s: float, max_queue: int) -> None:
+    def __init__(
+        self, scheduler: BatchScheduler, *, max_batch: int, window_s: float, max_queue: int, active_s: float = 5.0
+    ) -> None:
         if not 1 <= max_batch <= scheduler.max_batch:
             raise ValueError(f"max_batch must be in [1, {scheduler.max_batch}] (the pool's scratch rows), got {max_batch}")
         if window_s < 0:
@@ -53,10 +64,13 @@ class EngineLoop:
         self.max_batch = max_batch
         self.window_s = window_s
         self.max_queue = max_queue
+        self.active_s = active_s
         self.batches = FrameLog()  # one record per batched frame
         self.robot_frames = 0  # frames served, all robots (batches.frames counts batches)
+        self.frames_dropped = 0  # frames of robots that left before their frame ran
         self._jobs: deque[_Job] = deque()
         self._sessions: set[int] = set()
+        self._last_done: dict[int, float] = {}  # session -> when its last frame finished
         self._cv = threading.Condition()
         self._stopping = False
         self._free_since = time.perf_counter()  # when the engine finished its last batch
@@ -69,10 +83,19 @@ class EngineLoop:
             self._sessions.add(session)
 
     def unregister(self, session: int) -> Future:
-        """The robot left: it no longer holds batches open, and its requests and slots are freed."""
+        """The robot left: its queued frames are dropped unrun, it no longer holds batches open, and its requests and
+        slots are freed."""
         with self._cv:
             self._sessions.discard(session)
+            self._last_done.pop(session, None)
+            for job in [j for j in self._jobs if j.kind == "frame" and j.session == session]:
+                self._jobs.remove(job)
+                self._drop_frame(job)
         return self.drop(session)
+
+    def _drop_frame(self, job: _Job) -> None:
+        self.frames_dropped += 1
+        job.done.set_exception(SessionClosed(f"session {job.session} left before its frame ran"))
 
     def submit(self, session: int, frame: FrameInput, k: int) -> Future:
         return self._put(_Job("frame", session, frame, k))
@@ -144,8 +167,10 @@ class EngineLoop:
                     batch.append(j)
                     taken.add(j.session)
                     self._jobs.remove(j)
-            missing = self._sessions - taken
-            wait = deadline - time.perf_counter()
+            now = time.perf_counter()
+            active = {s for s in self._sessions if now - self._last_done.get(s, -math.inf) < self.active_s}
+            missing = active - taken
+            wait = deadline - now
             if len(batch) >= self.max_batch or not missing or wait <= 0 or self._stopping:
                 return batch
             if self._jobs and self._jobs[0].kind != "frame":
@@ -154,7 +179,12 @@ class EngineLoop:
 
     def _run_batch(self, batch: list[_Job]) -> None:
         ok = []
-        for job in batch:
+        with self._cv:
+            live = [j for j in batch if j.session in self._sessions]
+            for job in batch:
+                if job.session not in self._sessions:  # left while the batch was collected
+                    self._drop_frame(job)
+        for job in live:
             try:
                 self.scheduler.check_frame(job.frame)
                 ok.append(job)
@@ -180,6 +210,11 @@ class EngineLoop:
             }
         )
         self.robot_frames += len(ok)
+        done = time.perf_counter()
+        with self._cv:
+            for job in ok:
+                if job.session in self._sessions:
+                    self._last_done[job.session] = done
         for job, res in zip(ok, results):
             job.done.set_result(res)
 

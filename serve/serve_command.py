@@ -2,6 +2,7 @@
 
     oxygen-gym serve --checkpoint tiny --robot libero --port 8000
     oxygen-gym serve --checkpoint small --robot libero --task narrate --decode-budget 5 --max-robots 4 --threads 1
+    OXYGEN_GYM_API_KEY=... oxygen-gym serve --checkpoint libero-spatial --host 0.0.0.0   # on the robot's network
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from oxygen_gym import MultiTaskPolicy
+
+API_KEY_ENV = "OXYGEN_GYM_API_KEY"  # serve/server.py reads the same name
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +39,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="longest a frame waits for other robots' frames to batch with (default 20)")
     parser.add_argument("--slots", type=int, default=None, help="KV slots (default: enough that requests never queue)")
     parser.add_argument("--default-prompt", default=None, help="prompt for observations that carry none (openpi's default_prompt)")
-    parser.add_argument("--max-message-mb", type=float, default=32.0, help="largest accepted message (default 32 MB)")
+    parser.add_argument("--max-message-mb", type=float, default=8.0,
+                        help="largest accepted message; a larger one closes the connection (1009) (default 8 MB)")
+    security = parser.add_argument_group("access and limits (docs/api.md section 6)")
+    security.add_argument("--api-key", default=None,
+                          help=f"require 'Authorization: Api-Key KEY' (openpi-client's api_key); default ${API_KEY_ENV}, "
+                               "which keeps the key out of shell history")
+    security.add_argument("--insecure", action="store_true",
+                          help="allow a non-loopback --host without a key (anyone who reaches the port drives the robot)")
+    security.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                          help="browser Origin accepted, e.g. https://dashboard.lab (repeatable; default none)")
+    security.add_argument("--max-prompt-chars", type=int, default=1000, help="longest prompt in characters (default 1000)")
+    security.add_argument("--max-prompt-tokens", type=int, default=256, help="longest prompt in tokens (default 256)")
+    security.add_argument("--max-image-pixels", type=int, default=1920 * 1080,
+                          help="most pixels (H*W) per image field (default 2073600: 1920x1080)")
+    security.add_argument("--max-buffered-frames", type=int, default=2,
+                          help="websocket frames read ahead per connection; beyond it the server stops reading (default 2)")
+    security.add_argument("--idle-timeout-s", type=float, default=120.0,
+                          help="close a session silent this long, freeing its robot slot (default 120; 0: never)")
     parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     parser.add_argument("--seed", type=int, default=0, help="weights of built-in models, action noise")
     parser.add_argument("--heads", type=lambda s: [h for h in s.split(",") if h], default=None,
@@ -68,6 +88,7 @@ def build_policy(args: argparse.Namespace) -> MultiTaskPolicy:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from .observations import Limits
     from .server import PolicyServer, ServeConfig
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -81,6 +102,11 @@ def run(args: argparse.Namespace) -> int:
             host=args.host, port=args.port, max_robots=args.max_robots, batching=args.batching == "on",
             window_ms=args.window_ms, max_message_bytes=int(args.max_message_mb * 2**20),
             default_prompt=args.default_prompt, num_slots=args.slots,
+            api_key=args.api_key if args.api_key is not None else (os.environ.get(API_KEY_ENV) or None),
+            insecure=args.insecure, allow_origins=tuple(args.allow_origin),
+            limits=Limits(max_prompt_chars=args.max_prompt_chars, max_image_pixels=args.max_image_pixels),
+            max_prompt_tokens=args.max_prompt_tokens, max_buffered_frames=args.max_buffered_frames,
+            idle_timeout_s=args.idle_timeout_s,
         ).check()
         policy = build_policy(args)
         server = PolicyServer(policy, cfg)
@@ -89,8 +115,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     def ready(port: int) -> None:
+        access = "API key required" if cfg.api_key else "no API key"
         print(f"oxygen-gym serve: listening on ws://{args.host}:{port} (robot {args.robot}, model {args.checkpoint}, "
-              f"batching {args.batching}, max robots {args.max_robots}, pid {os.getpid()})", flush=True)
+              f"batching {args.batching}, max robots {args.max_robots}, {access}, pid {os.getpid()})", flush=True)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

@@ -7,20 +7,29 @@ a text frame (the client raises it as RuntimeError). Unlike openpi's server, whi
 here gets its error reply and the connection stays usable. Extras existing clients ignore: `language` (this call's
 language updates), `frame`, `policy_timing`. Control messages: `{"__ctrl__": "reset" | "episode_start"}` drops the
 robot's in-flight language requests and restarts its frame counter; `"episode_end"` is acknowledged; `"stats"` returns
-the session's and the server's stats. HTTP `GET /healthz` and `GET /stats` (JSON) answer without a websocket.
+that session's own stats. HTTP `GET /healthz` and `GET /stats` (JSON, server-wide) answer without a websocket.
+
+Who may connect is settled in the handshake (`_http`), before a session exists: the API key (`Authorization: Api-Key
+KEY`, openpi's client header), the `Host` of a loopback server (no DNS rebinding), a browser's `Origin`, and
+capacity (HTTP 503 with Retry-After when --max-robots sessions are connected). Limits on what a message may hold are
+checked before the costly work: size by the websocket library (close 1009), prompt characters and image pixels in
+observations.py, prompt tokens here. Errors never carry a traceback: bad fields are named; anything else is logged
+with an error id and answered with that id. docs/api.md section 6 lists the defaults and the threat model.
 """
 from __future__ import annotations
 
 import asyncio
+import hmac
 import http
+import ipaddress
 import itertools
 import json
 import logging
 import math
+import secrets
 import time
-import traceback
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import websockets
@@ -31,12 +40,26 @@ from oxygen_gym.engine.slots import SlotPool
 from oxygen_gym.policies.inputs import ObservationError
 
 from . import wire
-from .batch_loop import EngineLoop, SessionEngine, session_policy
-from .observations import ObservationKeyError, to_policy_obs
+from .batch_loop import EngineLoop, SessionClosed, SessionEngine, session_policy
+from .observations import Limits, ObservationKeyError, short, to_policy_obs
 
 log = logging.getLogger("oxygen_gym.serve")
 
-CLOSE_TRY_AGAIN = 1013  # RFC 6455 "try again later": the server holds --max-robots sessions already
+CLOSE_TRY_AGAIN = 1013  # RFC 6455 "try again later": a handshake that raced past the capacity check
+CLOSE_IDLE = 1000  # normal closure, reason "idle ...": the session sent nothing for --idle-timeout-s
+RETRY_AFTER_S = 5  # what a full server tells a refused robot (HTTP 503 Retry-After)
+ERROR_CHARS = 400  # the longest error reply (a field's name and what was expected; values are clipped shorter)
+API_KEY_ENV = "OXYGEN_GYM_API_KEY"
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1", "[::1]")
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name (or "" / "0.0.0.0"-like wildcards): not known to stay on this machine
+        return False
 
 
 @dataclass
@@ -46,11 +69,18 @@ class ServeConfig:
     max_robots: int = 8
     batching: bool = True
     window_ms: float = 20.0  # the longest a frame waits for companions
-    max_message_bytes: int = 32 * 2**20
+    max_message_bytes: int = 8 * 2**20  # four 640x480 cameras fit twice over
     default_prompt: str | None = None
     num_slots: int | None = None  # None: enough that no robot's language request ever queues
     prefill_rows: int | None = None
     frame_timeout_s: float = 600.0
+    api_key: str | None = None  # None: no key asked (loopback, or --insecure)
+    insecure: bool = False  # bind beyond loopback without a key
+    allow_origins: tuple[str, ...] = ()  # browser Origin values accepted (none by default)
+    limits: Limits = field(default_factory=Limits)
+    max_prompt_tokens: int = 256
+    max_buffered_frames: int = 2  # websocket frames read ahead per connection before the server stops reading
+    idle_timeout_s: float = 120.0  # a session silent this long is closed (0: never)
 
     def check(self) -> "ServeConfig":
         if not 1 <= self.max_robots <= 1024:
@@ -61,6 +91,23 @@ class ServeConfig:
             raise ValueError(f"--port must be in [0, 65535], got {self.port}")
         if self.max_message_bytes < 1024:
             raise ValueError(f"--max-message-mb is too small: {self.max_message_bytes} bytes")
+        if self.api_key is not None and (len(self.api_key) < 8 or not self.api_key.isprintable() or " " in self.api_key):
+            raise ValueError("--api-key must be at least 8 printable characters without spaces")
+        if not is_loopback(self.host) and not self.api_key and not self.insecure:
+            raise ValueError(
+                f"--host {self.host!r} is reachable beyond this machine, and without a key anyone who can reach port "
+                f"{self.port} can drive the robot and read its camera images. Set a key (--api-key, or the "
+                f"{API_KEY_ENV} environment variable, which stays out of shell history), or pass --insecure on a "
+                "network you trust"
+            )
+        for name, value, low in (
+            ("--max-prompt-chars", self.limits.max_prompt_chars, 1), ("--max-prompt-tokens", self.max_prompt_tokens, 1),
+            ("--max-image-pixels", self.limits.max_image_pixels, 64), ("--max-buffered-frames", self.max_buffered_frames, 1),
+        ):
+            if value < low:
+                raise ValueError(f"{name} must be >= {low}, got {value}")
+        if self.idle_timeout_s < 0:
+            raise ValueError(f"--idle-timeout-s must be >= 0 (0: never), got {self.idle_timeout_s}")
         return self
 
 
@@ -93,6 +140,7 @@ class PolicyServer:
             max_queue=2 * config.max_robots,
         )
         self.sessions: dict[int, object] = {}
+        self._prompt_ok: dict[int, str] = {}  # session -> its last prompt that passed the token check (robots repeat it)
         self._ids = itertools.count()
         self._threads = ThreadPoolExecutor(max_workers=config.max_robots + 2, thread_name_prefix="oxygen-serve-act")
         self.started = time.time()
@@ -128,29 +176,83 @@ class PolicyServer:
             "totals": {
                 "batches": batches.frames, "robot_frames": self.engine.robot_frames, "frame_ms": batches.frame_ms_sum,
                 "stage_ms": dict(batches.stage_ms_sum), "tokens": batches.tokens,
+                "frames_dropped": self.engine.frames_dropped,
             },
             **self.engine.snapshot(),
         }
 
+    # ------------------------------------------------------------------ handshake (HTTP)
+    async def _http(self, connection: ServerConnection, request):
+        """Every request before it becomes a session: `/healthz` open; the rest behind the Host, Origin and key checks;
+        a websocket beyond --max-robots refused with 503 + Retry-After. None: go on with the websocket handshake (the
+        library then checks the Origin against --allow-origin)."""
+        path = request.path.split("?", 1)[0]
+        if path == "/healthz":
+            return connection.respond(http.HTTPStatus.OK, "OK\n")
+        refused = self._refusal(connection, request, http_path=path != "/")
+        if refused is not None:
+            return refused
+        if path == "/stats":
+            stats = await asyncio.get_running_loop().run_in_executor(self._threads, self.stats)
+            return connection.respond(http.HTTPStatus.OK, json.dumps(_jsonable(stats)) + "\n")
+        if len(self.sessions) >= self.config.max_robots:
+            log.info("refused a robot from %s: %d robots connected", connection.remote_address, len(self.sessions))
+            response = connection.respond(
+                http.HTTPStatus.SERVICE_UNAVAILABLE,
+                f"oxygen-gym serve: {self.config.max_robots} robots are connected (--max-robots); retry later\n",
+            )
+            response.headers["Retry-After"] = str(RETRY_AFTER_S)
+            return response
+        return None
+
+    def _refusal(self, connection: ServerConnection, request, http_path: bool):
+        headers, cfg = request.headers, self.config
+        if is_loopback(cfg.host) and _hostname(headers.get("Host", "")) not in LOOPBACK_NAMES:
+            # a loopback server answers loopback names only: a web page whose name re-resolves to 127.0.0.1 (DNS
+            # rebinding) would otherwise be same-origin with it
+            return self._refuse(connection, http.HTTPStatus.FORBIDDEN, "Host header is not a loopback name")
+        if http_path and headers.get("Origin") is not None and headers["Origin"] not in cfg.allow_origins:
+            return self._refuse(connection, http.HTTPStatus.FORBIDDEN, "Origin not allowed (--allow-origin)")
+        if cfg.api_key is not None:
+            given = headers.get("Authorization", "")
+            want = f"Api-Key {cfg.api_key}"
+            if not hmac.compare_digest(given.encode("utf-8", "replace"), want.encode()):
+                response = self._refuse(connection, http.HTTPStatus.UNAUTHORIZED,
+                                        "missing or wrong API key (send the header 'Authorization: Api-Key KEY')")
+                response.headers["WWW-Authenticate"] = "Api-Key"
+                return response
+        return None
+
+    @staticmethod
+    def _refuse(connection: ServerConnection, status: http.HTTPStatus, why: str):
+        log.info("refused %s: %s", connection.remote_address, why)
+        return connection.respond(status, f"oxygen-gym serve: {why}\n")
+
     # ------------------------------------------------------------------ websocket side
     async def _handler(self, ws: ServerConnection) -> None:
-        if len(self.sessions) >= self.config.max_robots:
-            await ws.send(f"oxygen-gym serve: {self.config.max_robots} robots are connected (--max-robots); try later")
-            await ws.close(CLOSE_TRY_AGAIN, "server full")
+        if len(self.sessions) >= self.config.max_robots:  # two handshakes raced past `_http`'s check
+            await ws.close(CLOSE_TRY_AGAIN, "server full (--max-robots); retry later")
             return
         sid = next(self._ids)
         policy = session_policy(self.template, SessionEngine(self.engine, sid, self.config.frame_timeout_s))
         self.sessions[sid] = policy
         self.engine.register(sid)
-        loop = asyncio.get_running_loop()
+        idle = self.config.idle_timeout_s or None
         log.info("robot session %d connected from %s", sid, ws.remote_address)
         try:
             await ws.send(wire.packb(self.metadata(sid)))
             prev_total_ms = None
             while True:
-                message = await ws.recv()
+                try:
+                    message = await asyncio.wait_for(ws.recv(), timeout=idle)
+                except TimeoutError:
+                    log.info("robot session %d idle for %s s; closing it", sid, idle)
+                    await ws.close(CLOSE_IDLE, f"idle timeout: no message for {idle:g} s (--idle-timeout-s)")
+                    break
                 start = time.perf_counter()
-                reply = await self._reply(loop, policy, message, prev_total_ms)
+                reply = await self._reply_unless_gone(ws, sid, policy, message, prev_total_ms)
+                if reply is None:
+                    break
                 await ws.send(reply)
                 if isinstance(reply, bytes):
                     prev_total_ms = 1e3 * (time.perf_counter() - start)
@@ -158,24 +260,45 @@ class PolicyServer:
             pass
         finally:
             self.sessions.pop(sid, None)
-            dropped = self.engine.unregister(sid)
-            await asyncio.wrap_future(dropped)
+            self._prompt_ok.pop(sid, None)
+            await asyncio.wrap_future(self.engine.unregister(sid))
             log.info("robot session %d left; its requests and slots are freed", sid)
 
-    async def _reply(self, loop, policy, message, prev_total_ms) -> bytes | str:
-        """The reply to one message: msgpack bytes, or a text error naming what was wrong."""
+    async def _reply_unless_gone(self, ws, sid: int, policy, message, prev_total_ms):
+        """`_reply`, unless the robot disconnects first: then its queued frame is dropped unrun (None)."""
+        reply = asyncio.ensure_future(self._reply(sid, policy, message, prev_total_ms))
+        gone = asyncio.ensure_future(ws.wait_closed())
+        try:
+            await asyncio.wait({reply, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if reply.done():
+            return reply.result()
+        self.sessions.pop(sid, None)
+        self.engine.unregister(sid)  # drops its queued frame; the frame's act() then ends with SessionClosed
+        await asyncio.wait({reply})
+        return None
+
+    async def _reply(self, sid: int, policy, message, prev_total_ms) -> bytes | str:
+        """The reply to one message: msgpack bytes, or a short text error naming what was wrong."""
+        loop = asyncio.get_running_loop()
         start = time.perf_counter()
         try:
             obs = wire.unpackb(message, self.config.max_message_bytes)
             if isinstance(obs, dict) and "__ctrl__" in obs:
                 return wire.packb(await self._control(loop, policy, obs["__ctrl__"]))
-            policy_obs = to_policy_obs(obs, policy.robot, self.config.default_prompt)
+            policy_obs = to_policy_obs(obs, policy.robot, self.config.default_prompt, self.config.limits)
+            self._check_prompt_tokens(sid, policy_obs["prompt"])
             actions, updates = await loop.run_in_executor(self._threads, policy.act, policy_obs)
             heads = actions if isinstance(actions, dict) else {policy.action_head: actions}
         except (wire.WireError, ObservationKeyError, ObservationError) as e:
-            return f"oxygen-gym serve: bad message: {e}"
-        except Exception:  # noqa: BLE001 - the server and the connection survive; the client gets the traceback
-            return "oxygen-gym serve: internal error\n" + traceback.format_exc()
+            return _clip(f"oxygen-gym serve: bad message: {e}")
+        except SessionClosed:
+            return "oxygen-gym serve: session closed"
+        except Exception:  # noqa: BLE001 - the server and the connection survive; details stay in the server's log
+            error_id = secrets.token_hex(4)
+            log.exception("robot session %d: internal error %s", sid, error_id)
+            return f"oxygen-gym serve: internal error {error_id} (the server log has the details under this id)"
         frame = policy.last_frame or {}
         timing = {"infer_ms": 1e3 * (time.perf_counter() - start)}
         if prev_total_ms is not None:
@@ -197,32 +320,36 @@ class PolicyServer:
             }
         )
 
+    def _check_prompt_tokens(self, sid: int, prompt: str) -> None:
+        """--max-prompt-tokens on the instruction alone (its characters are already bounded, so this is cheap)."""
+        if prompt == self._prompt_ok.get(sid):
+            return
+        n = len(self.template.tokenizer.encode(prompt))
+        if n > self.config.max_prompt_tokens:
+            raise ObservationKeyError(f"prompt: {n} tokens, over the limit of {self.config.max_prompt_tokens} (--max-prompt-tokens)")
+        self._prompt_ok[sid] = prompt
+
     async def _control(self, loop, policy, ctrl) -> dict:
+        if not isinstance(ctrl, str):
+            raise ObservationKeyError(f"__ctrl__: expected a string (reset, episode_start, episode_end or stats), got {short(ctrl)}")
         if ctrl in ("reset", "episode_start"):
             await loop.run_in_executor(self._threads, policy.reset)
             return {"__ack__": ctrl}
         if ctrl == "episode_end":
             return {"__ack__": ctrl}
-        if ctrl == "stats":
-            server = await loop.run_in_executor(self._threads, self.stats)
-            return {"__ack__": ctrl, "session": _jsonable(policy.stats()), "server": _jsonable(server)}
-        raise ObservationKeyError(f"__ctrl__: unknown control {ctrl!r}; expected reset, episode_start, episode_end or stats")
-
-    async def _http(self, connection: ServerConnection, request):
-        if request.path == "/healthz":
-            return connection.respond(http.HTTPStatus.OK, "OK\n")
-        if request.path == "/stats":
-            stats = await asyncio.get_running_loop().run_in_executor(self._threads, self.stats)
-            return connection.respond(http.HTTPStatus.OK, json.dumps(_jsonable(stats)) + "\n")
-        return None
+        if ctrl == "stats":  # this session's own figures; server-wide ones are at GET /stats (behind the key)
+            return {"__ack__": ctrl, "session": _jsonable(policy.stats())}
+        raise ObservationKeyError(f"__ctrl__: unknown control {short(ctrl)}; expected reset, episode_start, episode_end or stats")
 
     # ------------------------------------------------------------------ lifecycle
     async def serve(self, on_ready=None, max_seconds: float | None = None) -> None:
         """Serve until `stop()` (or `max_seconds`). `on_ready(port)` runs once the socket listens."""
         self._stop = asyncio.Event()
+        cfg = self.config
         async with serve(
-            self._handler, self.config.host, self.config.port, compression=None,
-            max_size=self.config.max_message_bytes, process_request=self._http, max_queue=4,
+            self._handler, cfg.host, cfg.port, compression=None, max_size=cfg.max_message_bytes,
+            max_queue=cfg.max_buffered_frames, process_request=self._http, origins=[None, *cfg.allow_origins],
+            open_timeout=10, ping_interval=20, ping_timeout=20, close_timeout=5,
         ) as server:
             self.port = next(iter(server.sockets)).getsockname()[1]
             if on_ready:
@@ -240,6 +367,17 @@ class PolicyServer:
     def close(self) -> None:
         self.engine.stop()
         self._threads.shutdown(wait=False, cancel_futures=True)
+
+
+def _hostname(host: str) -> str:
+    """The name of a Host header (`name:port`, `[v6]:port`, `name`)."""
+    if host.startswith("["):
+        return host[: host.find("]") + 1]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 3] + "..."
 
 
 def _jsonable(x):

@@ -15,6 +15,7 @@ pytest.importorskip("openpi_client")
 from openpi_client import msgpack_numpy  # noqa: E402
 from openpi_client.websocket_client_policy import WebsocketClientPolicy  # noqa: E402
 from websockets.sync.client import connect  # noqa: E402
+from websockets.exceptions import InvalidStatus  # noqa: E402
 
 from oxygen_gym.eval.bench.serve_load import openpi_observation, start_server  # noqa: E402
 
@@ -187,13 +188,9 @@ def test_reset_control_and_max_robots(libero):
     rng = np.random.default_rng(6)
     for _ in range(2):
         a.infer(openpi_observation("libero", rng, "turn on the stove"))
-    third, _ = None, None
-    with pytest.raises(Exception):  # --max-robots 2: a third robot is told to come back later
-        third = connect(libero.uri, compression=None, max_size=None, open_timeout=60, proxy=None)
-        msg = third.recv(timeout=60)
-        assert isinstance(msg, str) and "--max-robots" in msg
-        third.recv(timeout=60)
-    assert third is not None and third.close_code == 1013
+    with pytest.raises(InvalidStatus) as refused:  # --max-robots 2: a third robot is refused in the handshake
+        connect(libero.uri, compression=None, max_size=None, open_timeout=60, proxy=None)
+    assert refused.value.response.status_code == 503 and "--max-robots" in refused.value.response.body.decode()
     a._ws.send(msgpack_numpy.packb({"__ctrl__": "reset"}))
     assert msgpack_numpy.unpackb(a._ws.recv(timeout=60)) == {"__ack__": "reset"}
     out = a.infer(openpi_observation("libero", rng, "turn on the stove"))

@@ -93,6 +93,19 @@ def openpi_observation(robot: str, rng: np.random.Generator, prompt: str) -> dic
     raise ValueError(f"robot: unknown robot {robot!r}")
 
 
+def http_stats(uri: str, api_key: str | None = None, timeout_s: float = 30.0) -> dict:
+    """`GET /stats` of the server at `uri` (ws://host:port), never through a proxy."""
+    import json
+    import urllib.request
+
+    req = urllib.request.Request(uri.replace("ws://", "http://", 1) + "/stats")
+    if api_key:
+        req.add_header("Authorization", f"Api-Key {api_key}")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(req, timeout=timeout_s) as r:
+        return json.loads(r.read())
+
+
 @dataclass
 class RobotLog:
     latencies_ms: list[float] = field(default_factory=list)
@@ -134,7 +147,8 @@ class Robot:
                 log.tokens += sum(len(u["new_token_ids"]) for u in out.get("language", []))
 
     async def server_stats(self) -> dict:
-        return await self.call(wire.packb({"__ctrl__": "stats"}))
+        """The server-wide stats (`GET /stats`; the websocket's stats control shows a session only its own)."""
+        return {"server": await asyncio.to_thread(http_stats, self.uri)}
 
     async def close(self) -> None:
         if self.ws is not None:
