@@ -31,3 +31,28 @@ def lerobot_fixture_dir() -> Path:
     if not (FIXTURE_DIR / "reference.npz").exists():
         pytest.fail(f"lerobot PI05 fixture missing at {FIXTURE_DIR}: it is part of the repository (git checkout it)")
     return FIXTURE_DIR
+
+
+@pytest.fixture
+def graphs_on_cpu(monkeypatch):
+    """Graph mode on a CPU: the captured call is the static body itself, run eagerly on every replay (the real
+    capture's warm-up runs the body once on whatever the buffers hold). Returns the capture and replay counts."""
+    from oxygen_gym.engine import runner as runner_module
+    from oxygen_gym.engine.runner import StaticCall
+
+    calls = {"captured": 0, "replayed": 0}
+
+    def capture(self, mempool):
+        self.run()
+        self.graph = "eager-static"
+        calls["captured"] += 1
+
+    def replay(self):
+        calls["replayed"] += 1
+        return self.run()
+
+    monkeypatch.setattr(runner_module, "use_cuda_graphs", lambda flag, device: True)
+    monkeypatch.setattr(runner_module.torch.cuda, "graph_pool_handle", lambda: None)
+    monkeypatch.setattr(StaticCall, "capture", capture)
+    monkeypatch.setattr(StaticCall, "replay", replay)
+    return calls

@@ -11,7 +11,6 @@ import torch
 
 from engine_workloads import make_workload, run_workload
 from oxygen_gym.engine import runner as runner_module
-from oxygen_gym.engine.runner import StaticCall
 from oxygen_gym.model import build_model
 
 
@@ -20,25 +19,6 @@ def tiny():
     return build_model("tiny", seed=3)
 
 
-@pytest.fixture
-def graphs_on_cpu(monkeypatch):
-    """Graph mode on a CPU: the captured call is the static body itself, run eagerly on every replay."""
-    calls = {"captured": 0, "replayed": 0}
-
-    def capture(self, mempool):
-        self.run()  # the real capture's warm-up runs the body once on whatever the buffers hold
-        self.graph = "eager-static"
-        calls["captured"] += 1
-
-    def replay(self):
-        calls["replayed"] += 1
-        return self.run()
-
-    monkeypatch.setattr(runner_module, "use_cuda_graphs", lambda flag, device: True)
-    monkeypatch.setattr(runner_module.torch.cuda, "graph_pool_handle", lambda: None)
-    monkeypatch.setattr(StaticCall, "capture", capture)
-    monkeypatch.setattr(StaticCall, "replay", replay)
-    return calls
 
 
 @pytest.mark.parametrize("mode", ["isolated", "shared", "oxygen"])

@@ -19,7 +19,7 @@ from oxygen_gym.engine.batch import BatchScheduler
 from oxygen_gym.engine.kv_cache import KVCache
 from oxygen_gym.engine.frame import FrameInput
 from oxygen_gym.engine.request import Request
-from oxygen_gym.engine.runner import ModelRunner, StaticCall
+from oxygen_gym.engine.runner import ModelRunner
 from oxygen_gym.engine.scheduler import FrameScheduler
 from oxygen_gym.engine.slots import SlotPool
 from oxygen_gym.model.qwen3_vl.qwen_tokenizer import QwenTokenizer, builtin_qwen_tokenizer
@@ -276,25 +276,6 @@ def test_batched_robots_equal_each_robot_alone(xr0, io, alone_runs, prefill_rows
 
 
 # ---------------------------------------------------------------- 4. the runner's graph path on a CPU
-@pytest.fixture
-def graphs_on_cpu(monkeypatch):
-    """Graph mode on a CPU: the captured call is the static body itself, run eagerly on every replay."""
-    calls = {"captured": 0, "replayed": 0}
-
-    def capture(self, mempool):
-        self.run()
-        self.graph = "eager-static"
-        calls["captured"] += 1
-
-    def replay(self):
-        calls["replayed"] += 1
-        return self.run()
-
-    monkeypatch.setattr(runner_module, "use_cuda_graphs", lambda flag, device: True)
-    monkeypatch.setattr(runner_module.torch.cuda, "graph_pool_handle", lambda: None)
-    monkeypatch.setattr(StaticCall, "capture", capture)
-    monkeypatch.setattr(StaticCall, "replay", replay)
-    return calls
 
 
 def _scheduler_run(model, io, mode: str, frames: int, k: int):
