@@ -52,6 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--max-seconds", type=float, default=3600.0, help="stop measuring after this long (partial results)")
     parser.add_argument("--call-timeout", type=float, default=300.0, help="seconds one call may take")
+    parser.add_argument("--hostile", action="store_true",
+                        help="instead: one robot's p50/p99 alone vs while hostile clients attack the same server "
+                             "(oversized prompts, junk, idle connections, connect/reset storms; serve_hostile.py)")
+    parser.add_argument("--hostile-clients", type=int, default=2, help="with --hostile: attackers of each kind (default 2)")
 
 
 def _server_args(args: argparse.Namespace, batching: str) -> list[str]:
@@ -190,6 +194,11 @@ def markdown(results: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from .serve_load import start_server
+
+    if args.hostile:
+        from .serve_hostile import run as run_hostile
+
+        return run_hostile(args)
 
     if args.calls < 1 or args.rounds < 1 or args.warmup < 0 or args.threads < 1:
         print("oxygen-gym bench serve: --calls, --rounds and --threads must be >= 1, --warmup >= 0", file=sys.stderr)
