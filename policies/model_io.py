@@ -18,6 +18,7 @@ class ModelIO(ABC):
     """A family's observation and text conventions, bound to one model, tokenizer, robot and its normalisers."""
 
     tokenizer: Any  # encode(text) -> ids, decode(ids) -> str, eos_id
+    camera_slots: dict[str, str]  # robot camera -> the model's image slot or view (the family's default if not given)
 
     @abstractmethod
     def prefix_inputs(self, images: dict[str, np.ndarray], state: np.ndarray, prompt: str) -> Any:

@@ -97,7 +97,6 @@ class MultiTaskPolicy:
         self.chunk = int(chunk or self.horizon)
         if self.chunk < self.horizon:
             raise ValueError(f"chunk ({self.chunk}) must be >= action_horizon ({self.horizon}): actions are cut from it")
-        self.camera_slots = dict(camera_slots) if camera_slots is not None else dict(self.robot.cameras)
         self.image_resize = image_resize
         self.action_heads = _select_heads(list(model.action_heads), heads)
         self.action_head = self.action_heads[0]  # the head a one-array act() returns
@@ -110,6 +109,7 @@ class MultiTaskPolicy:
                 )
         first = next(iter(model_heads))  # the model's own first head denoises `chunk`; others at most their horizon
         self.head_chunks = {h: self.chunk if h == first else min(self.chunk, model_heads[h].horizon) for h in self.action_heads}
+        self._head_dims = {h: model_heads[h].action_dim for h in self.action_heads}
         self.num_steps = int(num_steps) if num_steps else None  # None: each head's own steps
         self.budget = make_budget(
             decode_budget, target_action_hz=target_action_hz, horizon=self.horizon, language_deadline_s=language_deadline_s
@@ -117,9 +117,10 @@ class MultiTaskPolicy:
         self.state_norm = state_normalizer or normalize.from_stats(norm_stats, "state", "observation.state")
         self.action_norm = action_normalizer or normalize.from_stats(norm_stats, "actions", "action")
         self.io = model_io or io_for(
-            model, tokenizer, robot=self.robot, camera_slots=self.camera_slots, state_normalizer=self.state_norm,
+            model, tokenizer, robot=self.robot, camera_slots=camera_slots, state_normalizer=self.state_norm,
             image_resize=image_resize,
         )
+        self.camera_slots = self.io.camera_slots  # robot camera -> the model's slot / view (the family's default)
         self._task_prompt_ids = {t.name: self.io.task_prompt_ids(t.prompt) for t in tasks}
         max_cont = max((len(self._task_prompt_ids[t.name]) + t.max_new_tokens for t in tasks), default=0)
         # every head writes its chunk after the prefix (one at a time); heads beyond the first have no larger chunk
@@ -256,8 +257,7 @@ class MultiTaskPolicy:
         out = {}
         for h in self.action_heads:
             gen = torch.Generator().manual_seed(head_noise_seed(self.seed, frame, h))
-            dim = self.model.action_heads[h].action_dim
-            out[h] = torch.randn(1, self.head_chunks[h], dim, generator=gen).to(self.model.device)
+            out[h] = torch.randn(1, self.head_chunks[h], self._head_dims[h], generator=gen).to(self.model.device)
         return out
 
     def act(self, obs: dict) -> tuple[np.ndarray | dict[str, np.ndarray], list[LanguageUpdate]]:

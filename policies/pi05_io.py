@@ -21,12 +21,14 @@ class PI05IO(ModelIO):
         tokenizer,
         *,
         robot: RobotSpec,
-        camera_slots: dict[str, str],
+        camera_slots: dict[str, str] | None,
         state_normalizer: normalize.Normalizer,
         image_resize: str = "pil",
     ) -> None:
         self.model, self.tokenizer, self.robot = model, tokenizer, robot
-        self.camera_slots, self.state_norm, self.image_resize = camera_slots, state_normalizer, image_resize
+        # default: the robot's openpi slots
+        self.camera_slots = dict(camera_slots) if camera_slots is not None else dict(robot.cameras)
+        self.state_norm, self.image_resize = state_normalizer, image_resize
         self.model_slots = tuple(model.config.image_slots)
 
     def prefix_inputs(self, images: dict[str, np.ndarray], state: np.ndarray, prompt: str) -> PrefixInputs:

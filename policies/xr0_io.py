@@ -51,13 +51,15 @@ class XR0IO(ModelIO):
         tokenizer: QwenTokenizer,
         *,
         robot: RobotSpec,
-        camera_slots: dict[str, str],
+        camera_slots: dict[str, str] | None,
         state_normalizer: normalize.Normalizer,
         image_resize: str = "pil",
     ) -> None:
-        """`camera_slots`: robot camera -> XR0 view name (`base`, `wrist_left`, `wrist_right`), in prompt order."""
+        """`camera_slots`: robot camera -> XR0 view name (`base`, `wrist_left`, `wrist_right`), in prompt order
+        (None: `VIEWS`)."""
         self.model, self.tokenizer, self.robot, self.state_norm = model, tokenizer, robot, state_normalizer
-        self.views = camera_slots if set(camera_slots.values()) - set(robot.cameras.values()) else default_views(robot)
+        self.views = dict(camera_slots) if camera_slots is not None else default_views(robot)
+        self.camera_slots = self.views
         if len(self.views) > model.config.max_images:
             raise ValueError(f"camera_slots: {len(self.views)} views, the model takes at most {model.config.max_images}")
         self.processor = make_processor(model, tokenizer)

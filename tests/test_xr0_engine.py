@@ -44,7 +44,7 @@ ROW = 2  # the pool row a single frame is prefilled into (not row 0)
 
 def _io(model: XR0Model, robot: str = "libero") -> XR0IO:
     spec = get_robot(robot)
-    return XR0IO(model, QwenTokenizer(builtin_qwen_tokenizer()), robot=spec, camera_slots=dict(spec.cameras),
+    return XR0IO(model, QwenTokenizer(builtin_qwen_tokenizer()), robot=spec, camera_slots=None,
                  state_normalizer=normalize.Normalizer("IDENTITY"))
 
 

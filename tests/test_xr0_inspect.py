@@ -1,5 +1,6 @@
 """`oxygen-gym inspect` on an XR0 folder (the family hook's `inspect`), and XR0's action normaliser on its own."""
 import argparse
+import ast
 import shutil
 
 import numpy as np
@@ -76,3 +77,27 @@ def test_normaliser_formula_and_cut():
     flat = XR0ActionNormalizer(np.zeros(3), np.array([1.0, 0.0, 1e-6]), "r")
     assert flat.active.tolist() == [True, False, False] and flat.steps is None
     np.testing.assert_allclose(flat.unnormalize(np.ones((4, 3))), np.tile([1 + 1e-6, 1e-6, 2e-6], (4, 1)), rtol=1e-6)
+
+
+def test_inspect_a_builtin_of_each_family_names_its_heads_layout_and_prefix(capsys):
+    """`oxygen-gym inspect NAME` for built-ins: heads with their horizons and steps, the KV layout, and the prefix an
+    example observation becomes (as many positions as the policy's own prefill writes); the 4.7 B `xr0` is not built."""
+    from oxygen_gym.policies.builtin_report import builtin_report
+
+    multi = builtin_report("multi-tiny", "aloha", "fold the towel")
+    assert "family pi05" in multi and "fast: 10, 4, 32" in multi and "long: 50, 6, 32" in multi
+    assert "KV layout: 2 layers x 1 KV heads x head_dim 32" in multi
+    xr0 = builtin_report("xr0-tiny", "libero", "pick up the bowl")
+    assert "family xr0" in xr0 and "actions: 30, 5, 16" in xr0 and "<|vision_start|>" in xr0
+    positions = int(xr0.split("example prefix (robot state all zeros): ")[1].split(" ")[0])
+    text = xr0.split("  text: ")[1]
+    assert text.count("<|image_pad|>") == 2 * 4  # two cameras, 64 px: a 2x2 merged grid each
+    # byte-level built-in tokenizer: one position per byte of text outside the special tokens, one per special token
+    specials = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"]
+    plain = ast.literal_eval(text)  # the report prints the prefix's repr
+    n_special = sum(plain.count(t) for t in specials)
+    for t in specials:
+        plain = plain.replace(t, "")
+    assert positions == n_special + len(plain.encode())
+    big = builtin_report("xr0", "libero", "pick up the bowl")
+    assert "4716.3 M parameters" in big and "example prefix: skipped" in big

@@ -164,7 +164,7 @@ class ObservationSet:
 
     def head_noise(self, frame: int, experts: int) -> dict[str, torch.Tensor]:
         """Noise of the model's first `experts` heads (the first head's is `noise(frame)`)."""
-        names = list(self.heads)[:experts] if self.heads else []
+        names = list(self.heads)[:experts]
         if len(names) < experts:
             raise ValueError(f"--heads: the model has {len(self.heads) or 1} action head(s), {experts} asked")
         return {h: self._noise(frame, i, *self.heads[h]) for i, h in enumerate(names)}
@@ -207,9 +207,9 @@ def make_observations(
         raise ValueError(f"count must be >= 1, got {count}")
     spec = get_robot(robot)
     tok = tokenizer if tokenizer is not None else _tokenizer(model.config.vocab_size)
-    io = io_for(model, tok, robot=spec, camera_slots=dict(spec.cameras), state_normalizer=normalize.Normalizer("IDENTITY"))
+    io = io_for(model, tok, robot=spec, camera_slots=None, state_normalizer=normalize.Normalizer("IDENTITY"))
     rng = np.random.default_rng([seed, 1])
-    size = image_size or _model_image_size(model)
+    size = image_size or model.image_size
     prefixes, lengths, instructions = [], [], []
     for i in range(count):
         images = {cam: rng.integers(0, 256, (size, size, 3), dtype=np.uint8) for cam in spec.cameras}
@@ -230,12 +230,6 @@ def make_observations(
     return ObservationSet(
         spec, prefixes, lengths, h, first.action_dim, prompt_ids, seed, model.device, first.horizon, instructions, per_head,
     )
-
-
-def _model_image_size(model) -> int:
-    """The side the model's vision tower takes (pi0.5: config.vision.image_size; others say so themselves)."""
-    size = getattr(model, "image_size", None)
-    return int(size) if size else int(model.config.vision.image_size)
 
 
 def _tokenizer(vocab_size: int):

@@ -43,6 +43,10 @@ class KVLayout:
         """Bytes of one cache row (K and V) of `capacity` positions."""
         return 2 * self.layers * self.kv_heads * capacity * self.head_dim * torch.tensor([], dtype=dtype).element_size()
 
+    def empty_cache(self, rows: int, capacity: int, *, device=None, dtype=torch.float32) -> KVCache:
+        """A zeroed cache of `rows` x `capacity` positions in this layout."""
+        return KVCache.empty(self.layers, rows, self.kv_heads, capacity, self.head_dim, device=device, dtype=dtype)
+
 
 @dataclass(frozen=True)
 class ActionHead:
@@ -181,5 +185,4 @@ class EngineModel(ABC):
     # ---------------------------------------------------------------- shared
     def new_cache(self, rows: int, capacity: int) -> KVCache:
         """A private cache in this model's layout, device and dtype."""
-        kv = self.kv_layout
-        return KVCache.empty(kv.layers, rows, kv.kv_heads, capacity, kv.head_dim, device=self.device, dtype=self.dtype)
+        return self.kv_layout.empty_cache(rows, capacity, device=self.device, dtype=self.dtype)

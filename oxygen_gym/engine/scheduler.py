@@ -43,7 +43,8 @@ class FrameScheduler:
         self.pool = pool
         self.mode = mode
         self.num_steps = num_steps
-        self.heads = list(model.action_heads)
+        self.head_specs = model.action_heads  # read once: a family may build this table on every access
+        self.heads = list(self.head_specs)
         self.runner = ModelRunner(model, pool, cuda_graphs=cuda_graphs)
         self.table = RequestTable(pool)
         self.waiting: deque[tuple[Request, Any]] = deque()
@@ -74,7 +75,7 @@ class FrameScheduler:
         self.waiting.clear()
 
     def steps_of(self, head: str) -> int:
-        return self.num_steps or self.model.action_heads[head].num_steps
+        return self.num_steps or self.head_specs[head].num_steps
 
     def _run(self, frame: FrameInput, k: int, body) -> FrameResult:
         noise = frame.head_noise(self.heads)  # the heads this frame denoises, resolved once
@@ -232,7 +233,7 @@ class FrameScheduler:
         if not r.prompt_ids:
             raise ValueError(f"request {r.request_id} ({r.task}): empty prompt")
         n = self.model.prefix_length(prefix)
-        heads = self.model.action_heads
+        heads = self.head_specs
         action_need = max((heads[h].cache_positions(x.shape[1]) for h, x in noise.items()), default=0)
         need = max(n + action_need, n + len(r.prompt_ids) - 1 + r.max_new_tokens)
         if need > self.pool.capacity:

@@ -1,4 +1,4 @@
-"""Building blocks shared by SigLIP and Gemma: norms, rotary embedding, attention, gated MLP."""
+"""Building blocks shared by the families: norms, rotary embedding, cache writes, attention, gated MLP."""
 from __future__ import annotations
 
 import math
@@ -66,6 +66,19 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     x1, x2 = x[..., :half].float(), x[..., half:].float()
     c, s = cos[:, None], sin[:, None]
     return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).to(x.dtype)
+
+
+def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, write_at, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Store new keys/values `k, v [B, K, T, D]` in a layer's cache `[B, K, C, D]`: `write_at` is a slice of the
+    position axis (every row at the same indices: prefill, the action tokens) or advanced indices (rows [B, 1],
+    indices [B, T]) where each row continues at its own cache index (task prompts, decode steps)."""
+    if isinstance(write_at, slice):
+        k_cache[:, :, write_at] = k.to(k_cache.dtype)
+        v_cache[:, :, write_at] = v.to(v_cache.dtype)
+    else:
+        rows, index = write_at
+        k_cache[rows, :, index] = k.transpose(1, 2).to(k_cache.dtype)
+        v_cache[rows, :, index] = v.transpose(1, 2).to(v_cache.dtype)
 
 
 def grouped_attention(

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from .config import GemmaDims
-from ..layers import AdaRMSNorm, GatedMLP, RMSNorm, apply_rope, grouped_attention, linear
+from ..layers import AdaRMSNorm, GatedMLP, RMSNorm, apply_rope, grouped_attention, linear, write_kv
 
 
 class GemmaAttention(nn.Module):
@@ -64,13 +64,7 @@ class GemmaLayer(nn.Module):
         else:
             h = self.input_layernorm(x)
         q, k, v = self.self_attn.qkv(h, cos, sin)
-        if isinstance(write_at, slice):
-            k_cache[:, :, write_at] = k
-            v_cache[:, :, write_at] = v
-        else:
-            rows, pos = write_at  # rows [B, 1], pos [B, T]
-            k_cache[rows, :, pos] = k.transpose(1, 2).to(k_cache.dtype)
-            v_cache[rows, :, pos] = v.transpose(1, 2).to(v_cache.dtype)
+        write_kv(k_cache, v_cache, write_at, k, v)
         att = grouped_attention(q, k_cache[:, :, :read_len], v_cache[:, :, :read_len], mask)
         out = linear(att, self.self_attn.o_proj)
         if self.adaptive:

@@ -93,6 +93,11 @@ class PI05Model(nn.Module, EngineModel):
         return self.embed_tokens.weight.dtype
 
     @property
+    def image_size(self) -> int:
+        """Side of the square images its vision tower takes (what a camera image is resized to)."""
+        return self.config.vision.image_size
+
+    @property
     def kv_layout(self) -> KVLayout:
         d = self.config.vlm
         return KVLayout(d.depth, d.num_kv_heads, d.head_dim)

@@ -105,8 +105,7 @@ class Qwen3VLBackbone(nn.Module):
         return KVLayout(t.depth, t.num_kv_heads, t.head_dim)
 
     def new_cache(self, rows: int, capacity: int) -> KVCache:
-        kv = self.kv_layout
-        return KVCache.empty(kv.layers, rows, kv.kv_heads, capacity, kv.head_dim, device=self.device, dtype=self.dtype)
+        return self.kv_layout.empty_cache(rows, capacity, device=self.device, dtype=self.dtype)
 
     # ---------------------------------------------------------------- helpers
     def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..layers import apply_rope, grouped_attention, linear
+from ..layers import apply_rope, grouped_attention, linear, write_kv
 from .qwen_config import TextDims
 from .vision_tower import activation
 
@@ -85,13 +85,7 @@ class TextLayer(nn.Module):
         the position axis, or (rows [B, 1], indices [B, T])), then attend over [0, read_len) under `mask [B, T,
         read_len]` (None: all)."""
         q, k, v = self.self_attn.qkv(self.input_layernorm(x), cos, sin)
-        if isinstance(write_at, slice):
-            k_cache[:, :, write_at] = k.to(k_cache.dtype)
-            v_cache[:, :, write_at] = v.to(v_cache.dtype)
-        else:
-            rows, index = write_at
-            k_cache[rows, :, index] = k.transpose(1, 2).to(k_cache.dtype)
-            v_cache[rows, :, index] = v.transpose(1, 2).to(v_cache.dtype)
+        write_kv(k_cache, v_cache, write_at, k, v)
         att = grouped_attention(q, k_cache[:, :, :read_len], v_cache[:, :, :read_len], mask)
         x = x + linear(att, self.self_attn.o_proj)
         return x + self.mlp(self.post_attention_layernorm(x))

@@ -47,6 +47,7 @@ class XR0Model(nn.Module, EngineModel):
 
     @property
     def image_size(self) -> int:
+        """Side of the square camera images the policy feeds the processor."""
         return self.config.image_size
 
     @property
