@@ -3,8 +3,6 @@ scheduler's own frame stats recorded per frame. Points of one group run interlea
 load from other processes on the machine falls on every mode alike and the ratios stay fair."""
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import time
 import traceback
 
@@ -14,23 +12,23 @@ from oxygen_gym.engine.parallel import ParallelExecutor
 from oxygen_gym.engine.scheduler import FrameScheduler
 from oxygen_gym.engine.slots import SlotPool
 from oxygen_gym.model import cpu_kernels
-from oxygen_gym.model.pi05.modeling import PI05Model
+from oxygen_gym.engine.model_api import EngineModel
 
 from .energy import EnergyMeter
 from .records import FrameRecord, Point
 from .workloads import Arrivals, ObservationSet
 
 
-def weight_bytes(model: PI05Model) -> int:
+def weight_bytes(model: EngineModel) -> int:
     return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
 
 
-def model_bytes(model: PI05Model) -> int:
+def model_bytes(model: EngineModel) -> int:
     """Weights and buffers, plus this process's prepacked copies (cpu_kernels)."""
     return weight_bytes(model) + cpu_kernels.packed_bytes(model)
 
 
-def pool_args(model: PI05Model, num_slots: int, capacity: int) -> dict:
+def pool_args(model: EngineModel, num_slots: int, capacity: int) -> dict:
     kv = model.kv_layout
     return dict(
         num_slots=num_slots, capacity=capacity, layers=kv.layers, kv_heads=kv.kv_heads, head_dim=kv.head_dim,
@@ -38,23 +36,12 @@ def pool_args(model: PI05Model, num_slots: int, capacity: int) -> dict:
     )
 
 
-@contextlib.contextmanager
-def _default_steps(model: PI05Model, steps: int):
-    """ParallelExecutor's workers take S from the model's config; give them this run's S while they start."""
-    saved = model.config
-    model.config = dataclasses.replace(saved, num_steps=steps)
-    try:
-        yield
-    finally:
-        model.config = saved
-
-
 class Engines:
     """Builds one engine per point; the `parallel` baseline's two worker processes are started once per S and
     reused (they keep no state between frames: each request finishes within its frame)."""
 
     def __init__(
-        self, model: PI05Model, *, threads: int, cuda_graphs: bool | None, parallel_capacity: int, horizon: int
+        self, model: EngineModel, *, threads: int, cuda_graphs: bool | None, parallel_capacity: int, horizon: int
     ) -> None:
         self.model = model
         self.horizon = horizon
@@ -68,8 +55,7 @@ class Engines:
         if point.mode == "parallel":
             if point.S not in self._parallel:
                 args = pool_args(self.model, 1, self.parallel_capacity)
-                with _default_steps(self.model, point.S):
-                    self._parallel[point.S] = ParallelExecutor(self.model, args, threads=self.threads)
+                self._parallel[point.S] = ParallelExecutor(self.model, args, num_steps=point.S, threads=self.threads)
             # Two workers, each with a 1-slot pool; they share the weights (shared memory) but each packs its own
             # copy on the oneDNN path.
             kv = 2 * _pool_nbytes(self.model, 1, self.parallel_capacity)
@@ -86,7 +72,7 @@ class Engines:
         self._parallel.clear()
 
 
-def _pool_nbytes(model: PI05Model, num_slots: int, capacity: int) -> int:
+def _pool_nbytes(model: EngineModel, num_slots: int, capacity: int) -> int:
     return model.kv_layout.row_bytes(capacity, model.dtype) * (num_slots + 1)
 
 
