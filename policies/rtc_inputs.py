@@ -57,4 +57,8 @@ def chunk_guidance(
     weights = torch.zeros(1, chunk, model_dim)
     weights[0, :, : prev.shape[1]] = prefix_weights(delay, end, chunk, config.schedule)[:, None]
     beta = torch.tensor([float(config.max_guidance_weight)])
-    return Guidance(target, weights, beta, config.method)
+    frozen = None
+    if config.method == "trained":  # the delayed actions are fed clean (a model trained with --rtc-max-delay)
+        frozen = torch.zeros(1, chunk, dtype=torch.bool)
+        frozen[0, : min(delay, n)] = True
+    return Guidance(target, weights, beta, config.method, frozen)

@@ -15,6 +15,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--init", default=None, help="checkpoint folder to fine-tune instead")
     for name in ("steps", "batch_size", "warmup", "seed", "checkpoint_every", "shift", "threads"):
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=defaults[name])
+    parser.add_argument("--rtc-max-delay", type=int, default=0,
+                        help="training-time real-time chunking: each row's first d <= this many actions are given "
+                             "clean at flow time 0 and left out of the loss (serve with RTCConfig(method='trained'))")
     for name in ("lr", "weight_decay", "language_weight", "min_lr_ratio", "grad_clip"):
         parser.add_argument("--" + name.replace("_", "-"), type=float, default=defaults[name])
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
@@ -26,6 +29,8 @@ def run(args: argparse.Namespace) -> int:
         cfg = TrainConfig(**kw)
         if cfg.steps < 1 or cfg.batch_size < 1 or cfg.lr <= 0:
             raise ValueError("--steps and --batch-size must be >= 1 and --lr > 0")
+        if cfg.rtc_max_delay < 0:
+            raise ValueError(f"--rtc-max-delay must be >= 0, got {cfg.rtc_max_delay}")
         folder = train(cfg)
     except ValueError as e:
         print(f"oxygen-gym train: {e}")

@@ -52,12 +52,15 @@ class TrainConfig:
     narrate_max_new_tokens: int = 12
     device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
     threads: int | None = None
+    rtc_max_delay: int = 0  # training-time RTC (training.py `losses`): clean action prefixes of up to this many steps
 
     def resume_key(self) -> dict:
         """Settings a resumed run must share with the run it continues."""
         d = asdict(self)
         for k in ("steps", "checkpoint_every", "log_every", "device", "threads", "out"):
             d.pop(k)
+        if not d["rtc_max_delay"]:
+            d.pop("rtc_max_delay")  # runs from before the option resume unchanged
         return d
 
 
@@ -144,7 +147,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
                 group["lr"] = lr_at(step, cfg)
             index = torch.randint(0, len(dataset), (cfg.batch_size,), generator=gen)
             batch = dataset.batch(index, gen, cfg.shift).to(cfg.device)
-            out_losses = losses(model, batch, gen, cfg.language_weight)
+            out_losses = losses(model, batch, gen, cfg.language_weight, cfg.rtc_max_delay)
             opt.zero_grad(set_to_none=True)
             out_losses["loss"].backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

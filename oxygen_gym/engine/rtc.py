@@ -12,7 +12,10 @@ Written from the reference's math (Physical-Intelligence/real-time-chunking-kine
   per step with the prefix KV held constant (nothing flows into the backbone); `cheap`: correction = e (the velocity
   treated as constant, so the Jacobian is the identity: what lerobot's RTC computes, lerobot#2511);
 - guidance weight `min(c * inv_r2, beta)` with `c = (1 - tau) / tau` (inf at tau = 0, so beta there) and
-  `inv_r2 = (tau^2 + (1 - tau)^2) / (1 - tau)^2`; the guided velocity is `u + w * correction`.
+  `inv_r2 = (tau^2 + (1 - tau)^2) / (1 - tau)^2`; the guided velocity is `u + w * correction`;
+- `trained` (training-time RTC, arXiv 2512.05964; `oxygen-gym train --rtc-max-delay`): no correction; the first d
+  actions are the previous chunk's, fed clean at the data end of the flow with their own time conditioning, every
+  step (`Guidance.frozen`); only heads trained that way (pi0.5's experts here) accept it.
 
 Every row of a batch carries its own weights (its own delay and previous chunk) and its own beta, so robots with
 different delays denoise in one batch; a row with zero weights gets exactly the plain velocity.
@@ -26,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 RTC_SCHEDULES = ("zeros", "ones", "linear", "exp")
-RTC_METHODS = ("guided", "cheap")
+RTC_METHODS = ("guided", "cheap", "trained")
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,8 @@ class RTCConfig:
     None: the policy's `action_horizon`); `schedule`: the weights between the inference delay and that horizon
     (`zeros`: 1 below the delay, 0 after; `ones`: 1 up to the horizon; `linear` / `exp`: a ramp down);
     `max_guidance_weight`: beta; `method`: `guided` (VJP: one forward + one backward through the action expert per
-    denoise step) or `cheap` (no backward: one forward per step, the plain weighted error)."""
+    denoise step), `cheap` (no backward: one forward per step, the plain weighted error) or `trained` (a model
+    trained with `--rtc-max-delay`: the delayed prefix is fed clean, no guidance at all; schedule and beta unused)."""
 
     execution_horizon: int | None = None
     schedule: str = "exp"
@@ -90,12 +94,14 @@ class Guidance:
 
     `target [B, H, A]`: the previous chunk's actions at the new chunk's indices (anything where `weights` is 0);
     `weights [B, H, A]`: the prefix weights per index, zero on dims the robot does not use; `beta [B]`: the maximum
-    guidance weight per row; `method`: `guided` or `cheap` (one per batch: a server's sessions share one policy)."""
+    guidance weight per row; `method`: `guided`, `cheap` or `trained` (one per batch: a server's sessions share one
+    policy); `frozen [B, H]` bool (`trained` only): the indices below each row's delay, fed clean."""
 
     target: torch.Tensor
     weights: torch.Tensor
     beta: torch.Tensor
     method: str = "guided"
+    frozen: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.method not in RTC_METHODS:
@@ -105,6 +111,10 @@ class Guidance:
                              "must both be [B, H, A]")
         if self.beta.shape != self.target.shape[:1]:
             raise ValueError(f"guidance beta must be [B] = [{self.target.shape[0]}], got {tuple(self.beta.shape)}")
+        if (self.method == "trained") != (self.frozen is not None):
+            raise ValueError("guidance: `frozen` is given exactly for the `trained` method")
+        if self.frozen is not None and self.frozen.shape != self.target.shape[:2]:
+            raise ValueError(f"guidance frozen must be [B, H] = {list(self.target.shape[:2])}, got {list(self.frozen.shape)}")
 
     @property
     def rows(self) -> int:
@@ -116,13 +126,16 @@ class Guidance:
                              f"noise {tuple(noise.shape)}")
 
     def to(self, device: torch.device) -> "Guidance":
-        return Guidance(self.target.to(device), self.weights.to(device), self.beta.to(device), self.method)
+        frozen = None if self.frozen is None else self.frozen.to(device)
+        return Guidance(self.target.to(device), self.weights.to(device), self.beta.to(device), self.method, frozen)
 
     @staticmethod
     def unguided(rows: int, horizon: int, action_dim: int, method: str) -> "Guidance":
-        """Zero weights: the plain velocity (a row without a previous chunk in a batch with guided rows)."""
+        """Zero weights (nothing frozen): the plain velocity (a row without a previous chunk in a batch with
+        guided rows)."""
         z = torch.zeros(rows, horizon, action_dim)
-        return Guidance(z, z.clone(), torch.zeros(rows), method)
+        frozen = torch.zeros(rows, horizon, dtype=torch.bool) if method == "trained" else None
+        return Guidance(z, z.clone(), torch.zeros(rows), method, frozen)
 
     @staticmethod
     def cat(parts: Sequence["Guidance | None"], horizon: int, action_dim: int) -> "Guidance | None":
@@ -139,6 +152,7 @@ class Guidance:
         return Guidance(
             torch.cat([p.target for p in filled]), torch.cat([p.weights for p in filled]),
             torch.cat([p.beta for p in filled]), method,
+            torch.cat([p.frozen for p in filled]) if method == "trained" else None,
         )
 
 
@@ -149,6 +163,8 @@ def guided_velocity(
 
     `velocity(x)` is the head's data-ward velocity u with everything but `x` fixed (the prefix KV, the time
     conditioning); for `guided` it must be differentiable in `x` (the caller runs it outside inference mode)."""
+    if guidance.method == "trained":
+        raise ValueError("guidance method 'trained' is not a velocity correction: the head must feed the frozen prefix")
     w = guidance_weight(tau, guidance.beta.to(x.dtype))[:, None, None]
     if guidance.method == "cheap":
         u = velocity(x)

@@ -43,8 +43,11 @@ class AdaRMSNorm(nn.Module):
         self.dense = nn.Linear(width, 3 * width)
 
     def modulation(self, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(scale, shift, gate), each `[B, 1, width]`; depends only on the condition, so callers may cache it."""
-        scale, shift, gate = linear(cond, self.dense).unsqueeze(1).chunk(3, dim=-1)
+        """(scale, shift, gate), each `[B, 1, width]` for a condition per sample `[B, W]`, or `[B, T, width]` for one
+        per token `[B, T, W]` (training-time RTC: the clean prefix is at another flow time); depends only on the
+        condition, so callers may cache it."""
+        out = linear(cond, self.dense)
+        scale, shift, gate = (out.unsqueeze(1) if cond.dim() == 2 else out).chunk(3, dim=-1)
         return scale, shift, gate
 
     @staticmethod

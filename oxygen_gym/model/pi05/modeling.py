@@ -281,8 +281,15 @@ class PI05Model(nn.Module, EngineModel):
             for mods in steps:
                 x_t = x_t + dt * velocity(x_t, mods, cache.k, cache.v)
             return x_t
-        # RTC in the data-ward convention of engine/rtc.py: tau = 1 - t, u = -v, x += u / num_steps.
         guidance = guidance.to(noise.device)
+        if guidance.method == "trained":  # training-time RTC: the delayed prefix is clean, at t = 0, every step
+            frozen, clean = guidance.frozen[..., None], guidance.target
+            at_data = self._modulations_at_data(noise.device, head)
+            for mods in steps:
+                x_t = torch.where(frozen, clean, x_t)
+                x_t = x_t + dt * velocity(x_t, _per_token(at_data, mods, guidance.frozen), cache.k, cache.v)
+            return torch.where(frozen, clean, x_t)
+        # RTC in the data-ward convention of engine/rtc.py: tau = 1 - t, u = -v, x += u / num_steps.
         ks, vs = self._private_kv(cache, p + horizon) if guidance.method == "guided" else (cache.k, cache.v)
         for step, mods in enumerate(steps):
             def data_ward(x: torch.Tensor, mods=mods) -> torch.Tensor:
@@ -291,6 +298,16 @@ class PI05Model(nn.Module, EngineModel):
 
             x_t = x_t + (1.0 / num_steps) * guided_velocity(data_ward, x_t, step / num_steps, guidance)
         return x_t
+
+    def _modulations_at_data(self, device, head: str) -> list:
+        """adaRMS at t = 0 (the clean end of the flow): what training-time RTC's frozen prefix is conditioned on."""
+        key = (head, "data", str(device), torch.is_inference_mode_enabled())
+        if key not in self._denoise_mods:
+            parts = self.expert_parts(head)
+            t = torch.zeros(1, dtype=torch.float32, device=device)
+            emb = time_embedding(t, self.config.expert.width, self.config.min_period, self.config.max_period)
+            self._denoise_mods[key] = parts.expert.modulations(F.silu(linear(F.silu(linear(emb, parts.time_mlp_in)), parts.time_mlp_out)))
+        return self._denoise_mods[key]
 
     @staticmethod
     def _private_kv(cache: KVCache, length: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -310,6 +327,7 @@ class PI05Model(nn.Module, EngineModel):
         token_masks: torch.Tensor,
         noise: torch.Tensor | None = None,
         num_steps: int | None = None,
+        guidance: Guidance | None = None,
     ) -> torch.Tensor:
         """lerobot's `PI05Pytorch.sample_actions` contract: prefill into a private cache, then denoise."""
         if noise is None:
@@ -317,7 +335,7 @@ class PI05Model(nn.Module, EngineModel):
         prefix = self.embed_prefix(images, image_masks, tokens, token_masks)
         cache = self.new_cache(tokens.shape[0], prefix.max_len + noise.shape[1])
         self.prefill(cache, prefix)
-        return self.denoise(cache, prefix.lengths, noise, num_steps)
+        return self.denoise(cache, prefix.lengths, noise, num_steps, guidance=guidance)
 
     # ---------------------------------------------------------------- language
     @torch.inference_mode()
@@ -369,3 +387,12 @@ class PI05Model(nn.Module, EngineModel):
         start = positions if cache_index is None else cache_index
         hidden = self.extend(cache, last_tokens[:, None], start, positions, read_len)
         return self.lm_logits(hidden[:, 0])
+
+
+def _per_token(at_data, at_t, frozen: torch.Tensor):
+    """Per-token adaRMS `[B, H, W]`: the frozen tokens' at t = 0, the others' at the step's t (same nesting as
+    `GemmaStack.modulations`)."""
+    if isinstance(at_t, torch.Tensor):
+        return torch.where(frozen[..., None], at_data, at_t)
+    return type(at_t)(_per_token(a, b, frozen) for a, b in zip(at_data, at_t, strict=True))
+

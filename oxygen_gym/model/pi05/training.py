@@ -53,10 +53,20 @@ def sample_time(batch: int, generator: torch.Generator | None = None, device=Non
     return (u.pow(2.0 / 3.0) * 0.999 + 0.001).to(device)
 
 
+def rtc_delays(batch: int, max_delay: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Training-time RTC's delay per row, in [0, max_delay], smaller delays likelier: weights exp(max_delay - d), as
+    real-time-chunking-kinetix `src/model.py` `loss` draws its simulated delay."""
+    w = torch.exp(torch.arange(max_delay, -1, -1, dtype=torch.float64))
+    return torch.multinomial(w / w.sum(), batch, replacement=True, generator=generator)
+
+
 def forward(
-    model: PI05Model, batch: TrainBatch, noise: torch.Tensor, t: torch.Tensor
+    model: PI05Model, batch: TrainBatch, noise: torch.Tensor, t: torch.Tensor, frozen: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(velocity [B, H, action_dim] at x_t, next-token logits [B, T - 1, vocab] for text[:, 1:])."""
+    """(velocity [B, H, action_dim] at x_t, next-token logits [B, T - 1, vocab] for text[:, 1:]).
+
+    `frozen [B, H]` (training-time RTC, arXiv 2512.05964): those action tokens are the clean actions at flow time 0
+    (an executed prefix), the others are noised at the row's `t`; each token's adaRMS follows its own time."""
     cfg = model.config
     prefix = model.embed_prefix_differentiable(batch.images, batch.image_masks, batch.tokens, batch.token_masks)
     b, p, width = prefix.embs.shape
@@ -86,8 +96,13 @@ def forward(
 
     # ---- action expert: one denoise step at per-row time t
     horizon = noise.shape[1]
-    x_t = t[:, None, None] * noise + (1.0 - t[:, None, None]) * batch.actions
-    emb = time_embedding(t, cfg.expert.width, cfg.min_period, cfg.max_period)
+    if frozen is None:
+        x_t = t[:, None, None] * noise + (1.0 - t[:, None, None]) * batch.actions
+        emb = time_embedding(t, cfg.expert.width, cfg.min_period, cfg.max_period)
+    else:
+        t_tok = torch.where(frozen, torch.zeros((), device=dev), t[:, None].expand(b, horizon))
+        x_t = t_tok[..., None] * noise + (1.0 - t_tok[..., None]) * batch.actions
+        emb = time_embedding(t_tok.reshape(-1), cfg.expert.width, cfg.min_period, cfg.max_period).view(b, horizon, -1)
     cond = F.silu(linear(F.silu(linear(emb, model.time_mlp_in)), model.time_mlp_out))
     mods = model.expert.modulations(cond)
     apos = lengths[:, None] + torch.arange(horizon, device=dev)[None]
@@ -107,16 +122,24 @@ def forward(
 
 
 def losses(
-    model: PI05Model, batch: TrainBatch, generator: torch.Generator | None = None, language_weight: float = 1.0
+    model: PI05Model, batch: TrainBatch, generator: torch.Generator | None = None, language_weight: float = 1.0,
+    rtc_max_delay: int = 0,
 ) -> dict[str, torch.Tensor]:
     """`action` (flow-matching MSE over the real entries), `language` (mean token cross-entropy over the targets),
-    and `loss` = action + language_weight * language."""
-    b = batch.actions.shape[0]
+    and `loss` = action + language_weight * language. `rtc_max_delay` > 0: training-time RTC, each row's first d
+    actions (d from `rtc_delays`) given clean at flow time 0 and left out of the action loss."""
+    b, horizon = batch.actions.shape[:2]
     noise = torch.randn(batch.actions.shape, generator=generator).to(batch.actions.device)
     t = sample_time(b, generator, batch.actions.device)
-    velocity, logits = forward(model, batch, noise, t)
+    frozen = None
+    mask = batch.action_loss_mask
+    if rtc_max_delay > 0:
+        d = rtc_delays(b, min(rtc_max_delay, horizon - 1), generator).to(batch.actions.device)
+        frozen = torch.arange(horizon, device=d.device)[None] < d[:, None]
+        mask = mask & ~frozen[..., None]
+    velocity, logits = forward(model, batch, noise, t, frozen)
     target = noise - batch.actions
-    m = batch.action_loss_mask.float()
+    m = mask.float()
     action = ((velocity - target).pow(2) * m).sum() / m.sum().clamp(min=1)
     tm = batch.text_loss_mask[:, 1:]
     if bool(tm.any()):

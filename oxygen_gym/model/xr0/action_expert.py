@@ -237,6 +237,9 @@ class XR0ActionExpert(nn.Module):
         real-time chunking (engine/rtc.py, whose flow-time convention is this one's)."""
         if guidance is not None:
             guidance.check_against(noise, "actions")
+            if guidance.method == "trained":
+                raise ValueError("rtc.method 'trained' needs a head trained with clean action prefixes; XR0's DiT "
+                                 "conditions on one flow time per row: use 'guided' or 'cheap'")
             if guidance.method == "guided":  # a backward pass through the DiT: autograd, outside inference mode
                 with torch.inference_mode(False), torch.no_grad():
                     return self._sample(cache, lengths, next_positions, noise, state, num_steps, static, dim_mask, guidance)
