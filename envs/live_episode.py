@@ -31,6 +31,7 @@ def live_summary(ap: AsyncPolicy, clock: LiveClock) -> dict:
         "latency": ap.latency.describe(), "execution": ap.execution, "handover": ap.handover,
         "control_dt": ap.control_dt, "threshold": ap.threshold, "replan": ap.replan, "decode_hidden": ap.decode_hidden,
         "steps": len(clock.records), "held_steps": clock.held_steps,
+        "held_at": [r["step"] for r in clock.records if r["held"]],
         # actions of handed-over chunks whose step had passed before they arrived (async drops them by design)
         "stale_actions": sum(r["start_index"] or 0 for r in recs if r["handover_step"] is not None
                              and ap.execution == "async"),
