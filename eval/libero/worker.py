@@ -127,8 +127,16 @@ class EpisodeWorker:
             env = self.get_env(spec)
             policy = self.get_policy()
             policy.reset(seed=pseed)  # frame t draws its action noise from (seed, t)
-            result = run_episode(env, policy, seed=spec.seed, init_state=spec.init_state, replan=self.replan(),
-                                 video_dir=str(video_dir) if video_dir is not None else None, progress=progress)
+            video = str(video_dir) if video_dir is not None else None
+            live = cfg.live_settings()
+            if live is None:
+                result = run_episode(env, policy, seed=spec.seed, init_state=spec.init_state, replan=self.replan(),
+                                     video_dir=video, progress=progress)
+            else:
+                from oxygen_gym.envs.live_episode import run_live_episode
+
+                result = run_live_episode(env, policy, seed=spec.seed, init_state=spec.init_state,
+                                          replan=self.replan(), video_dir=video, progress=progress, **live)
         except Exception as e:  # noqa: BLE001 - one bad episode must not end the evaluation
             tb = traceback.format_exc()
             self.close_env()  # the sim may be in any state now
@@ -177,6 +185,7 @@ class EpisodeWorker:
             "held_out": is_held_out(self._training_data, task_name, spec.init_state),
             "video": video,
             "error": None,
+            **({"live": r["live"]} if self.config.live is not None else {}),
             "wall_s": wall_s,
             "worker": f"{socket.gethostname()}:{os.getpid()}",
             "finished_at": _now(),
