@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .eval_config import EvalConfig
+from .eval_config import LIVE_DEFAULTS, EvalConfig
 from .episode_set import EpisodeSpec
 
 VIDEO_DIR = "videos"
@@ -198,8 +198,8 @@ _WORKER: EpisodeWorker | None = None
 def run_episode_spec(spec: EpisodeSpec, config: EvalConfig) -> dict:
     """The per-episode function: reuses this process's worker while the config stays the same."""
     global _WORKER
-    same = _WORKER is not None and (_WORKER.config.result_fields(), _WORKER.config.device) == (
-        config.result_fields(), config.device)
+    same = _WORKER is not None and (_policy_fields(_WORKER.config), _WORKER.config.device) == (
+        _policy_fields(config), config.device)
     if not same:
         close_worker()
         _WORKER = EpisodeWorker(config)
@@ -207,6 +207,11 @@ def run_episode_spec(spec: EpisodeSpec, config: EvalConfig) -> dict:
     record = _WORKER.run(spec)
     _register_exit_hook()
     return record
+
+
+def _policy_fields(config: EvalConfig) -> dict:
+    """The fields the policy and env are built from: live-control settings only change the loop around them."""
+    return {k: v for k, v in config.result_fields().items() if k not in LIVE_DEFAULTS}
 
 
 def close_worker() -> None:
