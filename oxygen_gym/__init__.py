@@ -1,7 +1,7 @@
 """oxygen-gym: multi-task VLA inference with one KV cache shared across tasks and frames."""
 __version__ = "0.1.0"
 
-__all__ = ["LanguageTask", "LanguageUpdate", "MultiTaskPolicy"]
+__all__ = ["LanguageTask", "LanguageUpdate", "MultiTaskPolicy", "RTCConfig"]
 
 
 def __getattr__(name: str):

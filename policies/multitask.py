@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,7 @@ from oxygen_gym.engine.frame import FrameInput
 from oxygen_gym.engine.modes import ALL_MODES
 from oxygen_gym.engine.parallel import ParallelExecutor
 from oxygen_gym.engine.request import Request
+from oxygen_gym.engine.rtc import RTCConfig
 from oxygen_gym.engine.scheduler import FrameScheduler
 from oxygen_gym.engine.slots import SlotPool, default_num_slots
 from oxygen_gym.engine.stats import DEFAULT_WINDOW, FrameLog
@@ -26,6 +28,7 @@ from .inputs import check_observation
 from .language import LanguageTask, LanguageUpdate, TextStream
 from .model_io import ModelIO, builtin_names, checkpoint_family, family_of_builtin, io_for
 from .robots import RobotSpec, get_robot
+from .rtc_inputs import check_delay, check_prev_actions, chunk_guidance
 
 if TYPE_CHECKING:
     from .checkpoints import ConventionOverrides
@@ -73,6 +76,7 @@ class MultiTaskPolicy:
         image_resize: str = "pil",
         heads: list[str] | tuple[str, ...] | None = None,
         model_io: ModelIO | None = None,
+        rtc: RTCConfig | None = None,
     ) -> None:
         """`action_horizon`: actions act() returns (default: the robot's); `chunk`: actions denoised (default
         `action_horizon`; a checkpoint's own chunk via from_pretrained). `heads`: the action heads act() runs and
@@ -80,7 +84,8 @@ class MultiTaskPolicy:
         min(chunk, its own horizon) actions. `camera_slots`: robot camera -> model image
         slot (default: the robot's openpi slots). Normalisers default to openpi's quantiles over `norm_stats`.
         `model_io`: the family's observation and text conventions (default: the one registered for the model's class,
-        policies/model_io.py)."""
+        policies/model_io.py). `rtc`: how `act(obs, prev_actions=...)` inpaints a chunk (real-time chunking,
+        engine/rtc.py; default `RTCConfig()`)."""
         self.robot = robot if isinstance(robot, RobotSpec) else get_robot(robot)
         if mode not in POLICY_MODES:
             raise ValueError(f"mode: unknown mode {mode!r}; expected one of {POLICY_MODES}")
@@ -98,6 +103,9 @@ class MultiTaskPolicy:
         if self.chunk < self.horizon:
             raise ValueError(f"chunk ({self.chunk}) must be >= action_horizon ({self.horizon}): actions are cut from it")
         self.image_resize = image_resize
+        if rtc is not None and not isinstance(rtc, RTCConfig):
+            raise ValueError(f"rtc: expected an RTCConfig, got {type(rtc).__name__}")
+        self.rtc = rtc or RTCConfig()
         self.action_heads = _select_heads(list(model.action_heads), heads)
         self.action_head = self.action_heads[0]  # the head a one-array act() returns
         model_heads = model.action_heads
@@ -260,30 +268,81 @@ class MultiTaskPolicy:
             out[h] = torch.randn(1, self.head_chunks[h], self._head_dims[h], generator=gen).to(self.model.device)
         return out
 
-    def act(self, obs: dict) -> tuple[np.ndarray | dict[str, np.ndarray], list[LanguageUpdate]]:
+    def act(
+        self,
+        obs: dict,
+        *,
+        prev_actions: np.ndarray | dict[str, np.ndarray] | None = None,
+        inference_delay: int = 0,
+        on_actions: Callable[[np.ndarray | dict[str, np.ndarray]], None] | None = None,
+    ) -> tuple[np.ndarray | dict[str, np.ndarray], list[LanguageUpdate]]:
         """One frame: actions (robot units) and the language updates it advanced. A one-head policy returns one
-        array `(action_horizon, action_dim)`; with several heads, a dict head name -> array (`action_heads`)."""
+        array `(action_horizon, action_dim)`; with several heads, a dict head name -> array (`action_heads`).
+
+        Real-time chunking: `prev_actions` (robot units, `(n, action_dim)`; a dict per head for several heads) are the
+        previous chunk's actions not yet executed when `obs` was taken, index 0 the next to run; the new chunk's
+        index i is guided towards `prev_actions[i]` with weights 1 below `inference_delay` (control steps that
+        pass while this call runs), ramping to 0 at `rtc.execution_horizon` (`self.rtc`). Without them act() is
+        plain denoising. `on_actions(actions)`: called as soon as the action heads finish, before the frame's
+        language decode steps, so actions can be dispatched while decoding runs."""
+        entered = time.perf_counter()
         if self._closed:
             raise RuntimeError("policy is closed")
         prefix = self.model_inputs(obs)
         frame = self.frame
         noise = self.frame_noise(frame)
+        guidance = self._guidance(prev_actions, inference_delay)
         new = [self._new_request(t, frame) for t in self.tasks if frame % t.every == 0]
         in_flight = self.engine.in_flight() + new
         now = time.perf_counter()
         k = self.budget.choose(
             len(in_flight), [r.remaining for r in in_flight], [now - self._started_at.get(r.request_id, now) for r in in_flight]
         )
-        result = self.engine.run(FrameInput(frame, prefix, noise, new), k)
+        ready: dict = {}
+
+        def dispatch(head_actions: dict[str, torch.Tensor]) -> None:
+            per_head = {h: self._robot_actions(head_actions[h]) for h in self.action_heads}
+            ready["actions"] = per_head[self.action_head] if len(per_head) == 1 else per_head
+            ready["ms"] = (time.perf_counter() - entered) * 1e3
+            if on_actions is not None:
+                on_actions(ready["actions"])
+
+        result = self.engine.run(FrameInput(frame, prefix, noise, new, guidance=guidance), k, on_actions=dispatch)
         self.frame += 1
         for r in new:
             self._started_at[r.request_id] = now
         self.budget.observe(result.stats.stage_ms, result.stats.batch_sizes, result.stats.stage_ms["decode"])
-        per_head = {h: self._robot_actions(result.head_actions[h]) for h in self.action_heads}
-        actions = per_head[self.action_head] if len(per_head) == 1 else per_head
+        if "actions" not in ready:  # an engine that did not call back (it must hand the actions out once)
+            dispatch(result.head_actions)
         updates = [self._update(r, toks) for r, toks in result.advanced]
-        self._record(result.stats, k)
-        return actions, updates
+        self._record(result.stats, k, ready["ms"])
+        return ready["actions"], updates
+
+    def _guidance(self, prev_actions, inference_delay) -> dict:
+        """Per head, the RTC guidance of this frame's `prev_actions` (see `act`)."""
+        if prev_actions is None:
+            return {}
+        if isinstance(prev_actions, dict):
+            unknown = [h for h in prev_actions if h not in self.action_heads]
+            if unknown:
+                raise ValueError(f"prev_actions: unknown action head(s) {unknown}; this policy runs {self.action_heads}")
+            per_head = prev_actions
+        elif len(self.action_heads) == 1:
+            per_head = {self.action_head: prev_actions}
+        else:
+            raise ValueError(f"prev_actions: this policy runs heads {self.action_heads}; pass a dict head -> array")
+        out = {}
+        for h, prev in per_head.items():
+            field = "prev_actions" if not isinstance(prev_actions, dict) else f"prev_actions[{h!r}]"
+            a = check_prev_actions(prev, self.robot.action_dim, field)
+            d = check_delay(inference_delay, self.head_chunks[h])
+            g = chunk_guidance(
+                a, d, config=self.rtc, chunk=self.head_chunks[h], model_dim=self._head_dims[h],
+                default_horizon=self.horizon, robot=self.robot, normalizer=self.action_norm,
+            )
+            if g is not None:
+                out[h] = g.to(self.model.device)
+        return out
 
     def _robot_actions(self, model_actions: torch.Tensor) -> np.ndarray:
         """One head's `[1, chunk, dim]` model-space actions as `(horizon, robot action_dim)` in robot units."""
@@ -308,10 +367,11 @@ class MultiTaskPolicy:
             self._started_at.pop(r.request_id, None)
         return LanguageUpdate(r.request_id, r.task, r.frame, tuple(tokens), delta, stream.text, r.done)
 
-    def _record(self, stats, k: int) -> None:
+    def _record(self, stats, k: int, obs_to_actions_ms: float) -> None:
         rec = {
             "frame": stats.frame,
             "frame_ms": stats.frame_ms,
+            "obs_to_actions_ms": obs_to_actions_ms,  # act() entry -> actions handed out (on_actions)
             "stage_ms": dict(stats.stage_ms),
             "tokens": stats.tokens,
             "batch_sizes": list(stats.batch_sizes),

@@ -19,6 +19,7 @@ class RobotSpec:
     horizon: int
     adapt: str | None = None  # robot-specific conversion ("aloha")
     extra: dict = field(default_factory=dict)
+    control_hz: float = 20.0  # the control loop's rate (envs' render_fps: LIBERO 20, DROID 15, ALOHA 50)
 
     def state_to_model(self, state: np.ndarray) -> np.ndarray:
         return aloha_state_to_pi(state) if self.adapt == "aloha" else state
@@ -26,10 +27,16 @@ class RobotSpec:
     def actions_from_model(self, actions: np.ndarray) -> np.ndarray:
         return aloha_actions_from_pi(actions) if self.adapt == "aloha" else actions
 
+    def actions_to_model(self, actions: np.ndarray) -> np.ndarray:
+        """The inverse of `actions_from_model` (a previous chunk handed back for real-time chunking)."""
+        return aloha_actions_to_pi(actions) if self.adapt == "aloha" else actions
+
 
 ROBOTS: dict[str, RobotSpec] = {
-    "libero": RobotSpec("libero", {"base": "base_0_rgb", "wrist": "left_wrist_0_rgb"}, (), 8, 7, 10),
-    "droid": RobotSpec("droid", {"exterior": "base_0_rgb", "wrist": "left_wrist_0_rgb"}, ("exterior_2",), 8, 8, 15),
+    "libero": RobotSpec("libero", {"base": "base_0_rgb", "wrist": "left_wrist_0_rgb"}, (), 8, 7, 10, control_hz=20.0),
+    "droid": RobotSpec(
+        "droid", {"exterior": "base_0_rgb", "wrist": "left_wrist_0_rgb"}, ("exterior_2",), 8, 8, 15, control_hz=15.0
+    ),
     "aloha": RobotSpec(
         "aloha",
         {"high": "base_0_rgb", "left_wrist": "left_wrist_0_rgb", "right_wrist": "right_wrist_0_rgb"},
@@ -38,6 +45,7 @@ ROBOTS: dict[str, RobotSpec] = {
         14,
         50,
         adapt="aloha",
+        control_hz=50.0,
     ),
 }
 
@@ -70,6 +78,18 @@ def aloha_state_to_pi(state: np.ndarray) -> np.ndarray:
     out = state.astype(np.float64) * _ALOHA_FLIP
     out[_GRIPPERS] = _gripper_to_angular(out[_GRIPPERS])
     return out.astype(np.float32)
+
+
+def _gripper_to_model_output(x: np.ndarray) -> np.ndarray:
+    """The inverse of `_gripper_from_angular` (it is affine)."""
+    return x * (1.4910 - (-0.6213)) - 0.5476 + (-0.6213)
+
+
+def aloha_actions_to_pi(actions: np.ndarray) -> np.ndarray:
+    """ALOHA robot actions back to what pi's output was (the inverse of `aloha_actions_from_pi`)."""
+    out = actions.astype(np.float64).copy()
+    out[:, _GRIPPERS] = _gripper_to_model_output(out[:, _GRIPPERS])
+    return (out * _ALOHA_FLIP).astype(np.float32)
 
 
 def aloha_actions_from_pi(actions: np.ndarray) -> np.ndarray:

@@ -248,12 +248,15 @@ class SessionEngine:
         self._live: list[Request] = []  # this robot's requests not yet done (the policy's budget reads them)
         self.total_queued = 0
 
-    def run(self, frame: FrameInput, k: int) -> FrameResult:
+    def run(self, frame: FrameInput, k: int, on_actions=None) -> FrameResult:
+        """`on_actions`: called when the batch ran (a session's actions and language come back together)."""
         frame.session = self.session
         for r in frame.new_requests:
             r.session = self.session
         result = self.loop.submit(self.session, frame, k).result(timeout=self.timeout_s)
         self._live = [r for r in self._live + frame.new_requests if not r.done]
+        if on_actions is not None:
+            on_actions(result.head_actions)
         return result
 
     def in_flight(self) -> list[Request]:

@@ -57,6 +57,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           help="websocket frames read ahead per connection; beyond it the server stops reading (default 2)")
     security.add_argument("--idle-timeout-s", type=float, default=120.0,
                           help="close a session silent this long, freeing its robot slot (default 120; 0: never)")
+    rtc = parser.add_argument_group("real-time chunking (requests with prev_actions; docs/api.md section 6)")
+    rtc.add_argument("--rtc-method", choices=("guided", "cheap"), default="guided",
+                     help="guided: VJP through the action expert; cheap: the plain weighted error (default guided)")
+    rtc.add_argument("--rtc-schedule", choices=("zeros", "ones", "linear", "exp"), default="exp",
+                     help="prefix weights between the delay and the execution horizon (default exp)")
+    rtc.add_argument("--rtc-max-guidance", type=float, default=5.0, help="maximum guidance weight beta (default 5)")
+    rtc.add_argument("--rtc-execution-horizon", type=int, default=None,
+                     help="previous-chunk actions attended to (default: the action horizon)")
+    rtc.add_argument("--control-hz", type=float, default=None,
+                     help="robots' control rate, to estimate a delay a request does not send (default: the robot's, "
+                          "libero 20, droid 15, aloha 50)")
     parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     parser.add_argument("--seed", type=int, default=0, help="weights of built-in models, action noise")
     parser.add_argument("--heads", type=lambda s: [h for h in s.split(",") if h], default=None,
@@ -71,16 +82,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_policy(args: argparse.Namespace) -> MultiTaskPolicy:
     """The template policy every robot session copies (its model, tokenizer, robot conventions and tasks)."""
-    from oxygen_gym import LanguageTask, MultiTaskPolicy
+    from oxygen_gym import LanguageTask, MultiTaskPolicy, RTCConfig
     from oxygen_gym.policies.task_args import parse_decode_budget, parse_language_task
     from oxygen_gym.policies.checkpoints.overrides import ConventionOverrides
 
     names = [] if args.no_language else (args.language_task or ["narrate"])
     tasks = [LanguageTask(**parse_language_task(n, args.max_new_tokens, args.every)) for n in names]
     budget = parse_decode_budget(args.decode_budget)
+    rtc = RTCConfig(
+        execution_horizon=args.rtc_execution_horizon, schedule=args.rtc_schedule,
+        max_guidance_weight=args.rtc_max_guidance, method=args.rtc_method,
+    )
     return MultiTaskPolicy.from_pretrained(
         args.checkpoint, robot=args.robot, tasks=tasks, decode_budget=budget, target_action_hz=args.target_action_hz,
-        mode="oxygen", device=args.device, seed=args.seed, num_slots=1, heads=args.heads,
+        mode="oxygen", device=args.device, seed=args.seed, num_slots=1, heads=args.heads, rtc=rtc,
         **ConventionOverrides.from_args(args).as_kwargs(),
     )
 
@@ -106,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
             insecure=args.insecure, allow_origins=tuple(args.allow_origin),
             limits=Limits(max_prompt_chars=args.max_prompt_chars, max_image_pixels=args.max_image_pixels),
             max_prompt_tokens=args.max_prompt_tokens, max_buffered_frames=args.max_buffered_frames,
-            idle_timeout_s=args.idle_timeout_s,
+            idle_timeout_s=args.idle_timeout_s, control_hz=args.control_hz,
         ).check()
         policy = build_policy(args)
         server = PolicyServer(policy, cfg)

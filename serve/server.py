@@ -19,6 +19,7 @@ with an error id and answered with that id. docs/api.md section 6 lists the defa
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import http
 import ipaddress
@@ -42,6 +43,7 @@ from oxygen_gym.policies.inputs import ObservationError
 from . import wire
 from .batch_loop import EngineLoop, SessionClosed, SessionEngine, session_policy
 from .observations import Limits, ObservationKeyError, short, to_policy_obs
+from .rtc_fields import DelayEstimator, rtc_fields
 
 log = logging.getLogger("oxygen_gym.serve")
 
@@ -81,6 +83,7 @@ class ServeConfig:
     max_prompt_tokens: int = 256
     max_buffered_frames: int = 2  # websocket frames read ahead per connection before the server stops reading
     idle_timeout_s: float = 120.0  # a session silent this long is closed (0: never)
+    control_hz: float | None = None  # the robots' control rate, for estimating an RTC delay (None: the robot's)
 
     def check(self) -> "ServeConfig":
         if not 1 <= self.max_robots <= 1024:
@@ -108,6 +111,8 @@ class ServeConfig:
                 raise ValueError(f"{name} must be >= {low}, got {value}")
         if self.idle_timeout_s < 0:
             raise ValueError(f"--idle-timeout-s must be >= 0 (0: never), got {self.idle_timeout_s}")
+        if self.control_hz is not None and not 0 < self.control_hz <= 10_000:
+            raise ValueError(f"--control-hz must be in (0, 10000], got {self.control_hz}")
         return self
 
 
@@ -141,6 +146,7 @@ class PolicyServer:
         )
         self.sessions: dict[int, object] = {}
         self._prompt_ok: dict[int, str] = {}  # session -> its last prompt that passed the token check (robots repeat it)
+        self._delays: dict[int, DelayEstimator] = {}  # session -> its measured inference delay (RTC without one)
         self._ids = itertools.count()
         self._threads = ThreadPoolExecutor(max_workers=config.max_robots + 2, thread_name_prefix="oxygen-serve-act")
         self.started = time.time()
@@ -236,6 +242,7 @@ class PolicyServer:
         sid = next(self._ids)
         policy = session_policy(self.template, SessionEngine(self.engine, sid, self.config.frame_timeout_s))
         self.sessions[sid] = policy
+        self._delays[sid] = DelayEstimator(self.config.control_hz or policy.robot.control_hz)
         self.engine.register(sid)
         idle = self.config.idle_timeout_s or None
         log.info("robot session %d connected from %s", sid, ws.remote_address)
@@ -261,6 +268,7 @@ class PolicyServer:
         finally:
             self.sessions.pop(sid, None)
             self._prompt_ok.pop(sid, None)
+            self._delays.pop(sid, None)
             await asyncio.wrap_future(self.engine.unregister(sid))
             log.info("robot session %d left; its requests and slots are freed", sid)
 
@@ -289,7 +297,9 @@ class PolicyServer:
                 return wire.packb(await self._control(loop, policy, obs["__ctrl__"]))
             policy_obs = to_policy_obs(obs, policy.robot, self.config.default_prompt, self.config.limits)
             self._check_prompt_tokens(sid, policy_obs["prompt"])
-            actions, updates = await loop.run_in_executor(self._threads, policy.act, policy_obs)
+            rtc = self._rtc_arguments(sid, policy, obs)
+            act = functools.partial(policy.act, policy_obs, **{k: v for k, v in rtc.items() if k != "estimated"})
+            actions, updates = await loop.run_in_executor(self._threads, act)
             heads = actions if isinstance(actions, dict) else {policy.action_head: actions}
         except (wire.WireError, ObservationKeyError, ObservationError) as e:
             return _clip(f"oxygen-gym serve: bad message: {e}")
@@ -301,10 +311,16 @@ class PolicyServer:
             return f"oxygen-gym serve: internal error {error_id} (the server log has the details under this id)"
         frame = policy.last_frame or {}
         timing = {"infer_ms": 1e3 * (time.perf_counter() - start)}
+        if sid in self._delays:
+            self._delays[sid].observe(timing["infer_ms"])
         if prev_total_ms is not None:
             timing["prev_total_ms"] = prev_total_ms
+        extra = {}
+        if rtc:  # what the chunk was guided with (the delay the server estimated, when the robot sent none)
+            extra["rtc"] = {"inference_delay": rtc["inference_delay"], "estimated": rtc["estimated"]}
         return wire.packb(
             {
+                **extra,
                 "actions": heads[policy.action_head],  # the first head's chunk: what openpi-client reads
                 "heads": heads,  # every head's chunk under its name (one entry for a one-head model)
                 "language": [
@@ -319,6 +335,16 @@ class PolicyServer:
                 "policy_timing": {"infer_ms": float(frame.get("frame_ms", 0.0))},
             }
         )
+
+    def _rtc_arguments(self, sid: int, policy, obs: dict) -> dict:
+        """act()'s real-time-chunking arguments from the request (none for openpi-client's plain requests)."""
+        prev, delay = rtc_fields(obs, policy.action_heads, policy.robot.action_dim, min(policy.head_chunks.values()))
+        if prev is None:
+            return {}
+        estimated = delay is None
+        if estimated:
+            delay = self._delays[sid].estimate(min(policy.head_chunks.values()))
+        return {"prev_actions": prev, "inference_delay": delay, "estimated": estimated}
 
     def _check_prompt_tokens(self, sid: int, prompt: str) -> None:
         """--max-prompt-tokens on the instruction alone (its characters are already bounded, so this is cheap)."""

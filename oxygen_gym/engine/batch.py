@@ -19,6 +19,7 @@ import torch
 from .frame import FrameInput, FrameProgress, FrameResult, FrameStats
 from .model_api import EngineModel, PrefixState
 from .request import Request, RequestTable
+from .rtc import Guidance, check_guidance
 from .scheduler import FrameScheduler
 from .slots import SlotPool
 
@@ -76,6 +77,7 @@ class BatchScheduler(FrameScheduler):
             raise ValueError(f"a batch holds at most one frame per session, got sessions {sessions}")
         for f in frames:
             self.check_frame(f)
+            check_guidance(f.guidance, f.head_noise(self.heads))
         ks = [k] * len(frames) if isinstance(k, int) else list(k)
         if len(ks) != len(frames) or any(not isinstance(x, int) or x < 0 for x in ks):
             raise ValueError(f"k must be an int >= 0 or one per frame, got {k!r} for {len(frames)} frames")
@@ -142,12 +144,17 @@ class BatchScheduler(FrameScheduler):
 
     def _fan_out_rows(self, frames: list[FrameInput], first: int, state: PrefixState) -> dict[str, torch.Tensor]:
         """Every head denoises rows [first, first + len(frames)) as one batch. Frames name the same heads (a
-        server's sessions share one policy's head list)."""
+        server's sessions share one policy's head list); each row keeps its own RTC guidance (delay, previous chunk)."""
         noises = [f.head_noise(self.heads) for f in frames]
         names = list(noises[0])
         if any(list(n) != names for n in noises):
             raise ValueError(f"frames of one batch must denoise the same heads, got {[list(n) for n in noises]}")
-        return {h: self._denoise(h, first, state, torch.cat([n[h] for n in noises])) for h in names}
+        out = {}
+        for h in names:
+            x = torch.cat([n[h] for n in noises])
+            guidance = Guidance.cat([f.guidance.get(h) for f in frames], x.shape[1], x.shape[2])  # rows without: plain
+            out[h] = self._denoise(h, first, state, x, guidance)
+        return out
 
     def _admit_new_from(self, frame: FrameInput, row: int, state: PrefixState, i: int) -> None:
         """The frame's new requests take slots and a copy of its prefix KV; behind this robot's queue if it has one."""

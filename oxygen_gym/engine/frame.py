@@ -1,25 +1,28 @@
 """What a frame takes and gives: typed records passed between the policy and the scheduler."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from .request import Request
+from .rtc import Guidance
 
 
 @dataclass
 class FrameInput:
     """One observation and what it starts. `prefix`: the model's prefix-input bundle (model_api.py); `noise`: per
     action head, `[1, horizon, action_dim]` (a bare tensor means the model's first head); the heads named here are
-    the ones denoised this frame."""
+    the ones denoised this frame; `guidance`: the heads whose chunk is inpainted to agree with the previous chunk."""
 
     frame: int
     prefix: Any
     noise: torch.Tensor | dict[str, torch.Tensor]
     new_requests: list[Request] = field(default_factory=list)
     session: int = 0  # which robot sent it (a server batches several robots' frames; one policy is session 0)
+    guidance: dict[str, Guidance] = field(default_factory=dict)  # real-time chunking per head (rtc.py), batch 1
 
     def head_noise(self, heads: list[str]) -> dict[str, torch.Tensor]:
         """Noise per head to denoise, in the model's head order; `heads`: the model's head names."""
@@ -61,6 +64,13 @@ class FrameProgress:
 
     advanced: dict[Any, tuple[Request, list[int]]] = field(default_factory=dict)
     batch_sizes: list[int] = field(default_factory=list)
+    on_actions: Callable[[dict[str, torch.Tensor]], None] | None = None
+
+    def actions_ready(self, actions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The heads are done: hand their actions out now (the caller's `on_actions`), before the language work."""
+        if self.on_actions is not None:
+            self.on_actions(actions)
+        return actions
 
     def record(self, key: Any, request: Request, token: int) -> None:
         self.advanced.setdefault(key, (request, []))[1].append(token)

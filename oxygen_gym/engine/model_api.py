@@ -10,7 +10,7 @@ to know of a model, and nothing more:
 - `prefill_frame`: the backbone over the prefix, writing each row's KV at cache indices [0, length) and returning a
   `PrefixState` (lengths, the RoPE position a continuation starts at, and whatever the heads read besides the KV);
 - named action heads (`action_heads`), each denoised from a frame's prefix with its own noise, horizon and steps
-  (`denoise_head`);
+  (`denoise_head`), optionally guided by real-time chunking (rtc.py);
 - language: `extend` (a task prompt after the prefix) and `decode_step` (one token per row). A token's cache index
   (where its K/V is stored) and its position (what RoPE sees) are passed apart: they coincide for pi0.5, not for
   M-RoPE backbones, whose image tokens advance the position by less than their count.
@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from .kv_cache import KVCache
+from .rtc import Guidance
 
 
 @dataclass(frozen=True)
@@ -152,10 +153,14 @@ class EngineModel(ABC):
 
     @abstractmethod
     def denoise_head(
-        self, head: str, cache: KVCache, state: PrefixState, noise: torch.Tensor, num_steps: int, *, static: bool = False
+        self, head: str, cache: KVCache, state: PrefixState, noise: torch.Tensor, num_steps: int, *, static: bool = False,
+        guidance: Guidance | None = None,
     ) -> torch.Tensor:
         """Actions `[B, horizon, action_dim]` (model space) of `head` from `noise [B, horizon, action_dim]` over the
-        prefixes in `cache` rows [0, B). `static`: shape-static form (no host reads), for graph capture."""
+        prefixes in `cache` rows [0, B). `static`: shape-static form (no host reads), for graph capture.
+        `guidance`: real-time chunking per row (rtc.py): the family maps its flow time onto rtc.py's convention and
+        calls `guided_velocity` at each step, with the prefix KV held constant (the `guided` method differentiates
+        the head alone, outside inference mode)."""
 
     @abstractmethod
     def extend(

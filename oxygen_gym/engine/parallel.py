@@ -56,15 +56,18 @@ class ParallelExecutor:
             self._queues.append((inbox, outbox))
             self._procs.append(p)
 
-    def run(self, frame: FrameInput, k: int) -> FrameResult:
+    def run(self, frame: FrameInput, k: int, on_actions=None) -> FrameResult:
+        """`on_actions(head_actions)`: called when the action worker answers (the language worker may still run)."""
         start = time.perf_counter()
         for inbox, _ in self._queues:
             inbox.put((frame, k))
         results = []
-        for _, outbox in self._queues:
+        for _, outbox in self._queues:  # the action worker first
             status, payload = outbox.get()
             if status != "ok":
                 raise RuntimeError(f"parallel worker failed:\n{payload}")
+            if not results and on_actions is not None:
+                on_actions(payload.head_actions)
             results.append(payload)
         frame_ms = (time.perf_counter() - start) * 1e3
         action, language = results

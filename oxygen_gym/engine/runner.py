@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from .model_api import EngineModel, PrefixState
+from .rtc import Guidance
 from .slots import SlotPool
 
 
@@ -122,9 +123,14 @@ class ModelRunner:
 
     # ------------------------------------------------------------------ graph-capable stages
     @torch.inference_mode()
-    def denoise(self, head: str, row: int, state: PrefixState, noise: torch.Tensor, num_steps: int) -> torch.Tensor:
-        """Actions of `head` for the prefixes in pool rows [row, row + B)."""
+    def denoise(
+        self, head: str, row: int, state: PrefixState, noise: torch.Tensor, num_steps: int, guidance: Guidance | None = None
+    ) -> torch.Tensor:
+        """Actions of `head` for the prefixes in pool rows [row, row + B). A guided (RTC) denoise runs eagerly: its
+        backward pass is not captured."""
         b = noise.shape[0]
+        if guidance is not None:
+            return self.model.denoise_head(head, self.pool.view(row, row + b), state, noise, num_steps, guidance=guidance)
         if not self.graphs or b != 1:
             return self.model.denoise_head(head, self.pool.view(row, row + b), state, noise, num_steps)
         staging = self.pool.scratch

@@ -7,6 +7,7 @@ through its engine interface (model_api.py). Per-frame state lives in a `FramePr
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -16,6 +17,7 @@ from .frame import FrameInput, FrameProgress, FrameResult, FrameStats
 from .model_api import EngineModel, PrefixState
 from .modes import SCHEDULER_MODES, check_mode
 from .request import Request, RequestTable
+from .rtc import Guidance, check_guidance
 from .runner import ModelRunner
 from .sampling import choose_tokens
 from .slots import SlotPool
@@ -60,8 +62,10 @@ class FrameScheduler:
         }
 
     # ------------------------------------------------------------------ public
-    def run(self, frame: FrameInput, k: int) -> FrameResult:
-        return self._run(frame, k, self._bodies[self.mode])
+    def run(self, frame: FrameInput, k: int, on_actions: Callable[[dict[str, torch.Tensor]], None] | None = None) -> FrameResult:
+        """One frame. `on_actions(head_actions)` is called as soon as the action heads finish, before the frame's
+        language work (the actions can be dispatched while decoding runs: the OxyGen paper's Sec. 4.7)."""
+        return self._run(frame, k, self._bodies[self.mode], on_actions)
 
     def run_language_only(self, frame: FrameInput) -> FrameResult:
         """Isolated language path alone (the `parallel` baseline's language worker); no action head runs."""
@@ -77,12 +81,13 @@ class FrameScheduler:
     def steps_of(self, head: str) -> int:
         return self.num_steps or self.head_specs[head].num_steps
 
-    def _run(self, frame: FrameInput, k: int, body) -> FrameResult:
+    def _run(self, frame: FrameInput, k: int, body, on_actions=None) -> FrameResult:
         noise = frame.head_noise(self.heads)  # the heads this frame denoises, resolved once
+        check_guidance(frame.guidance, noise)
         for r in frame.new_requests:
             self._check_fits(r, frame.prefix, noise)
         self.timer.start_frame()
-        progress = FrameProgress()
+        progress = FrameProgress(on_actions=on_actions)
         actions = body(frame, noise, k, progress)
         return FrameResult(actions, list(progress.advanced.values()), self._stats(frame.frame, progress))
 
@@ -96,7 +101,7 @@ class FrameScheduler:
         self._admit_waiting()
         slot, owner = self._frame_slot(frame.new_requests)
         state = self._prefill(frame.prefix, slot)
-        actions = self._fan_out(noise, slot, state)
+        actions = progress.actions_ready(self._fan_out(noise, slot, state, frame.guidance))
         self._admit_new(frame, owner, slot, state)
         self._decode(progress, steps=k)
         return actions
@@ -109,7 +114,7 @@ class FrameScheduler:
     def _shared(self, frame: FrameInput, noise: dict[str, torch.Tensor], k: int, progress: FrameProgress) -> dict[str, torch.Tensor]:
         slot, owner = self._frame_slot(frame.new_requests)
         state = self._prefill(frame.prefix, slot)
-        actions = self._fan_out(noise, slot, state)
+        actions = progress.actions_ready(self._fan_out(noise, slot, state, frame.guidance))
         self._admit_new(frame, owner, slot, state)
         self._decode(progress, steps=None)
         while self.waiting:  # a pool smaller than the frame's task count: the rest run after, still this frame
@@ -122,7 +127,8 @@ class FrameScheduler:
         actions = {}
         for head, head_noise in noise.items():
             state = self._prefill(frame.prefix, self.pool.scratch)
-            actions[head] = self._denoise(head, self.pool.scratch, state, head_noise)
+            actions[head] = self._denoise(head, self.pool.scratch, state, head_noise, frame.guidance.get(head))
+        progress.actions_ready(actions)
         self._isolated_language(frame, progress)
         return actions
 
@@ -144,13 +150,17 @@ class FrameScheduler:
         self.pool.lengths[slot] = state.host_lengths[0]
         return state
 
-    def _fan_out(self, noise: dict[str, torch.Tensor], row: int, state: PrefixState) -> dict[str, torch.Tensor]:
+    def _fan_out(
+        self, noise: dict[str, torch.Tensor], row: int, state: PrefixState, guidance: dict[str, Guidance]
+    ) -> dict[str, torch.Tensor]:
         """Every action head named by the frame's noise reads the one prefix in `row`."""
-        return {head: self._denoise(head, row, state, x) for head, x in noise.items()}
+        return {head: self._denoise(head, row, state, x, guidance.get(head)) for head, x in noise.items()}
 
-    def _denoise(self, head: str, row: int, state: PrefixState, noise: torch.Tensor) -> torch.Tensor:
+    def _denoise(
+        self, head: str, row: int, state: PrefixState, noise: torch.Tensor, guidance: Guidance | None = None
+    ) -> torch.Tensor:
         with self.timer.stage("denoise"):
-            return self.runner.denoise(head, row, state, noise, self.steps_of(head))
+            return self.runner.denoise(head, row, state, noise, self.steps_of(head), guidance)
 
     def _start(self, r: Request, state: PrefixState, row: int) -> None:
         """Write the task prompt after the prefix (all but its last token, which the first decode step feeds).

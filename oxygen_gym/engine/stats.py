@@ -34,6 +34,8 @@ class FrameLog:
         self.tokens = 0
         self.decode_steps = 0
         self.batch_rows = 0  # sum of decode batch sizes over every step
+        self.obs_to_actions_ms_sum = 0.0
+        self.obs_to_actions_frames = 0
 
     def append(self, rec: dict) -> None:
         """`rec` needs `frame_ms`, `stage_ms`, `tokens`, `batch_sizes`; anything else is kept as is in the window."""
@@ -45,6 +47,9 @@ class FrameLog:
         self.tokens += int(rec["tokens"])
         self.decode_steps += len(rec["batch_sizes"])
         self.batch_rows += int(sum(rec["batch_sizes"]))
+        if rec.get("obs_to_actions_ms") is not None:
+            self.obs_to_actions_ms_sum += float(rec["obs_to_actions_ms"])
+            self.obs_to_actions_frames += 1
 
     def __len__(self) -> int:
         return self.frames
@@ -80,6 +85,8 @@ class FrameLog:
         mean_ms = self.frame_ms_sum / n if n else 0.0
         recent = np.array([r["frame_ms"] for r in self._recent]) if self._recent else np.zeros(0)
         stage = {s: (self.stage_ms_sum.get(s, 0.0) / n if n else 0.0) for s in STAGES}
+        to_actions = np.array([r["obs_to_actions_ms"] for r in self._recent if r.get("obs_to_actions_ms") is not None])
+        m = self.obs_to_actions_frames
         total_s = self.frame_ms_sum / 1e3
         return {
             "frames": n,
@@ -91,6 +98,13 @@ class FrameLog:
                 "p50": float(np.percentile(recent, 50)) if len(recent) else 0.0,
                 "p99": float(np.percentile(recent, 99)) if len(recent) else 0.0,
                 "window": len(recent),
+            },
+            # observation in -> actions out (before the frame's language work): what a robot waits for
+            "obs_to_actions_ms": {
+                "mean": float(self.obs_to_actions_ms_sum / m) if m else 0.0,
+                "p50": float(np.percentile(to_actions, 50)) if len(to_actions) else 0.0,
+                "p99": float(np.percentile(to_actions, 99)) if len(to_actions) else 0.0,
+                "window": len(to_actions),
             },
             "stage_ms": stage,
             **stage,

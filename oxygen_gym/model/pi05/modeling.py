@@ -21,6 +21,7 @@ from torch import nn
 
 from ...engine.kv_cache import KVCache
 from ...engine.model_api import ActionHead, EngineModel, KVLayout, PrefixState
+from ...engine.rtc import Guidance, guided_velocity
 from ..layers import AdaRMSNorm, linear, rope_cos_sin
 from .config import PI05Config
 from .gemma import GemmaStack
@@ -196,7 +197,8 @@ class PI05Model(nn.Module, EngineModel):
     # ---------------------------------------------------------------- actions
     def _modulations(self, num_steps: int, device, head: str = ACTION_HEAD) -> list:
         """adaRMS (scale, shift, gate) per Euler step: they depend on t only, so they are computed once per head."""
-        key = (head, num_steps, str(device))
+        # inference tensors can't be saved for autograd: the guided RTC loop (outside inference mode) gets its own
+        key = (head, num_steps, str(device), torch.is_inference_mode_enabled())
         if key not in self._denoise_mods:
             parts = self.expert_parts(head)
             mods = []
@@ -209,9 +211,13 @@ class PI05Model(nn.Module, EngineModel):
         return self._denoise_mods[key]
 
     def denoise_head(
-        self, head: str, cache: KVCache, state: PrefixState, noise: torch.Tensor, num_steps: int, *, static: bool = False
+        self, head: str, cache: KVCache, state: PrefixState, noise: torch.Tensor, num_steps: int, *, static: bool = False,
+        guidance: Guidance | None = None,
     ) -> torch.Tensor:
-        return self.denoise(cache, state.lengths, noise, num_steps, positions=state.next_positions, static=static, head=head)
+        return self.denoise(
+            cache, state.lengths, noise, num_steps, positions=state.next_positions, static=static, head=head,
+            guidance=guidance,
+        )
 
     @torch.inference_mode()
     def denoise(
@@ -224,14 +230,24 @@ class PI05Model(nn.Module, EngineModel):
         positions: torch.Tensor | None = None,
         static: bool = False,
         head: str = ACTION_HEAD,
+        guidance: Guidance | None = None,
     ) -> torch.Tensor:
         """Integrate the action flow from `noise [B, H, action_dim]` at t=1 to t=0 over the rows' prefixes.
 
         The action tokens' KV goes into each row's scratch region after the longest prefix (`static`: the row's last
         H positions, so nothing depends on the lengths' values) and is left there (a language request overwrites it
         later); the prefix itself is read in place, never copied. `positions`: RoPE position of the first action
-        token per row (None: the prefix length). `head`: which action expert (multi-expert configs).
+        token per row (None: the prefix length). `head`: which action expert (multi-expert configs). `guidance`:
+        real-time chunking (engine/rtc.py), per row.
         """
+        if guidance is not None:
+            guidance.check_against(noise, head)
+            if guidance.method == "guided":  # a backward pass through the expert: autograd, outside inference mode
+                with torch.inference_mode(False), torch.no_grad():
+                    return self._denoise_body(cache, prefix_lengths, noise, num_steps, positions, static, head, guidance)
+        return self._denoise_body(cache, prefix_lengths, noise, num_steps, positions, static, head, guidance)
+
+    def _denoise_body(self, cache, prefix_lengths, noise, num_steps, positions, static, head, guidance):
         parts = self.expert_parts(head)
         num_steps = num_steps or self.action_heads[head].num_steps
         b, horizon, _ = noise.shape
@@ -249,16 +265,41 @@ class PI05Model(nn.Module, EngineModel):
             j = torch.arange(p + horizon, device=noise.device)[None]
             key_ok = (j < prefix_lengths[:, None]) | (j >= p)
             mask = key_ok[:, None, :].expand(b, horizon, p + horizon)
+        write = slice(p, p + horizon)
+
+        def velocity(x: torch.Tensor, mods: list, ks: list, vs: list) -> torch.Tensor:
+            h = linear(x, parts.action_in_proj).to(self.dtype)
+            for i, layer in enumerate(parts.expert.layers):
+                h = layer(h, cos, sin, ks[i], vs[i], write, p + horizon, mask, mods[i])
+            scale, shift, _ = mods[-1]
+            return linear(AdaRMSNorm.modulate(h, scale, shift).float(), parts.action_out_proj)
+
         dt = -1.0 / num_steps
         x_t = noise.float()
-        for mods in self._modulations(num_steps, noise.device, head):
-            h = linear(x_t, parts.action_in_proj).to(self.dtype)
-            for i, layer in enumerate(parts.expert.layers):
-                h = layer(h, cos, sin, cache.k[i], cache.v[i], slice(p, p + horizon), p + horizon, mask, mods[i])
-            scale, shift, _ = mods[-1]
-            v_t = linear(AdaRMSNorm.modulate(h, scale, shift).float(), parts.action_out_proj)
-            x_t = x_t + dt * v_t
+        steps = self._modulations(num_steps, noise.device, head)
+        if guidance is None:
+            for mods in steps:
+                x_t = x_t + dt * velocity(x_t, mods, cache.k, cache.v)
+            return x_t
+        # RTC in the data-ward convention of engine/rtc.py: tau = 1 - t, u = -v, x += u / num_steps.
+        guidance = guidance.to(noise.device)
+        ks, vs = self._private_kv(cache, p + horizon) if guidance.method == "guided" else (cache.k, cache.v)
+        for step, mods in enumerate(steps):
+            def data_ward(x: torch.Tensor, mods=mods) -> torch.Tensor:
+                # detach(): a fresh alias per step, so this step's action-token writes start a new autograd history
+                return -velocity(x, mods, [k.detach() for k in ks], [v.detach() for v in vs])
+
+            x_t = x_t + (1.0 / num_steps) * guided_velocity(data_ward, x_t, step / num_steps, guidance)
         return x_t
+
+    @staticmethod
+    def _private_kv(cache: KVCache, length: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """A copy of positions [0, length) per layer, one tensor each, for the guided (autograd) denoise: the action
+        tokens' K/V are written into it with their history, which must not reach the pool (nor share one version
+        counter across layers). The pool's scratch region is not written in this mode."""
+        ks = [cache.k[i, :, :, :length].clone() for i in range(cache.k.shape[0])]
+        vs = [cache.v[i, :, :, :length].clone() for i in range(cache.v.shape[0])]
+        return ks, vs
 
     @torch.inference_mode()
     def sample_actions(

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...engine.kv_cache import KVCache
+from ...engine.rtc import Guidance, guided_velocity
 from ..layers import linear, rope_cos_sin
 from .dit import DiT
 from .xr0_config import XR0Config
@@ -109,7 +110,7 @@ class XR0ActionExpert(nn.Module):
 
     def _step_modulations(self, num_steps: int, device: torch.device) -> list[torch.Tensor]:
         """Modulations of each Euler step (batch 1, broadcast over rows), computed once per step count."""
-        key = (num_steps, str(device), self.dtype)
+        key = (num_steps, str(device), self.dtype, torch.is_inference_mode_enabled())  # guided RTC: no inference tensors
         if key not in self._mods:
             ts = torch.arange(num_steps, device=device, dtype=torch.float32) / num_steps
             self._mods[key] = [self.modulations(ts[i : i + 1]) for i in range(num_steps)]
@@ -230,8 +231,18 @@ class XR0ActionExpert(nn.Module):
         *,
         static: bool = False,
         dim_mask: torch.Tensor | None = None,
+        guidance: Guidance | None = None,
     ) -> torch.Tensor:
-        """Normalised actions `[B, H, A]` (fp32): Euler from the noise at t = 0 to the data at t = 1."""
+        """Normalised actions `[B, H, A]` (fp32): Euler from the noise at t = 0 to the data at t = 1. `guidance`:
+        real-time chunking (engine/rtc.py, whose flow-time convention is this one's)."""
+        if guidance is not None:
+            guidance.check_against(noise, "actions")
+            if guidance.method == "guided":  # a backward pass through the DiT: autograd, outside inference mode
+                with torch.inference_mode(False), torch.no_grad():
+                    return self._sample(cache, lengths, next_positions, noise, state, num_steps, static, dim_mask, guidance)
+        return self._sample(cache, lengths, next_positions, noise, state, num_steps, static, dim_mask, guidance)
+
+    def _sample(self, cache, lengths, next_positions, noise, state, num_steps, static, dim_mask, guidance):
         num_steps = num_steps or self.config.num_steps
         kv, cache_mask = self._cache_view(cache, lengths, static)
         horizon = noise.shape[1]
@@ -240,7 +251,10 @@ class XR0ActionExpert(nn.Module):
         dt = 1.0 / num_steps
         x = noise.float()
         context = self._context_tokens(state)
-        for mods in self._step_modulations(num_steps, noise.device):
-            h = self._tokens(context, x, dim_mask)
-            x = x + dt * self._run(h, mods, cos, sin, kv, cache_mask, own, horizon)
+        for step, mods in enumerate(self._step_modulations(num_steps, noise.device)):
+            def velocity(x_t: torch.Tensor, mods=mods) -> torch.Tensor:
+                return self._run(self._tokens(context, x_t, dim_mask), mods, cos, sin, kv, cache_mask, own, horizon)
+
+            u = velocity(x) if guidance is None else guided_velocity(velocity, x, step / num_steps, guidance)
+            x = x + dt * u
         return x

@@ -15,6 +15,7 @@ from torch import nn
 
 from ...engine.kv_cache import KVCache
 from ...engine.model_api import ActionHead, EngineModel, KVLayout, PrefixState
+from ...engine.rtc import Guidance
 from ..qwen3_vl import Qwen3VLBackbone
 from .action_expert import XR0ActionExpert
 from .xr0_config import XR0Config
@@ -74,13 +75,14 @@ class XR0Model(nn.Module, EngineModel):
         return PrefixState(pre.lengths, pre.next_positions, {"state": inputs.state})
 
     def denoise_head(
-        self, head: str, cache: KVCache, state: PrefixState, noise: torch.Tensor, num_steps: int, *, static: bool = False
+        self, head: str, cache: KVCache, state: PrefixState, noise: torch.Tensor, num_steps: int, *, static: bool = False,
+        guidance: Guidance | None = None,
     ) -> torch.Tensor:
         if head != ACTION_HEAD:
             raise ValueError(f"head: XR0 has one action head {ACTION_HEAD!r}, got {head!r}")
         return self.expert.sample(
             cache, state.lengths, state.next_positions, noise, state.extras["state"], num_steps, static=static,
-            dim_mask=self.dim_mask,
+            dim_mask=self.dim_mask, guidance=guidance,
         )
 
     def extend(self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, positions: torch.Tensor | None = None,
