@@ -53,6 +53,7 @@ class AlohaEnv(gym.Env):
     robot = "aloha"
     state_dim = 14
     action_dim = 14
+    control_dt = 0.02  # gym-aloha's DT: 50 Hz
 
     def __init__(
         self,
@@ -152,6 +153,13 @@ class AlohaEnv(gym.Env):
         truncated = not terminated and self._steps >= self.max_steps
         self._over = terminated or truncated
         return self._observation(timestep.observation), reward, terminated, truncated, self._info(success)
+
+    def hold_action(self, last_action: np.ndarray | None) -> np.ndarray:
+        """A step without a new command (LiveClock): absolute joint targets, so the last command again; before any,
+        the measured joints (the state the episode started in)."""
+        if last_action is not None:
+            return np.asarray(last_action, dtype=np.float32).copy()
+        return np.asarray(self._env.task.get_qpos(self._env.physics), dtype=np.float32)
 
     def render(self):
         if self.render_mode != "rgb_array" or self._last_images is None:

@@ -50,6 +50,7 @@ class DroidEnv(gym.Env):
     cameras = tuple(CAMERAS)
     state_dim = 8
     action_dim = 8
+    control_dt = 1.0 / CONTROL_HZ
 
     def __init__(
         self,
@@ -143,6 +144,14 @@ class DroidEnv(gym.Env):
         truncated = not terminated and self._steps >= self.max_steps
         self._over = terminated or truncated
         return self._observation(), float(reward), terminated, truncated, self._info(success)
+
+    def hold_action(self, last_action: np.ndarray | None) -> np.ndarray:
+        """A step without a new command (LiveClock): zero joint velocity; the gripper keeps its last position
+        command (open before any)."""
+        hold = np.zeros(self.action_dim, dtype=np.float32)
+        if last_action is not None:
+            hold[-1] = np.asarray(last_action, dtype=np.float32)[-1]
+        return hold
 
     def render(self):
         if self.render_mode != "rgb_array" or self._last_images is None:

@@ -38,6 +38,8 @@ class EpisodeResult:
     info: dict = field(default_factory=dict)  # the env's last info
     # per policy call, the env's info["subtask"] for the observation the call saw (envs that label subtasks)
     subtask_labels: list = field(default_factory=list)
+    # live runs only (run_live_episode): latency source, execution, per-call delays, held and stale steps
+    live: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return _jsonable(asdict(self))

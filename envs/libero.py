@@ -49,6 +49,7 @@ class LiberoEnv(gym.Env):
     cameras = tuple(_CAMERAS)
     state_dim = 8
     action_dim = 7
+    control_dt = 0.05  # LIBERO's OffScreenRenderEnv steps its controller at control_freq 20 Hz
 
     def __init__(
         self,
@@ -213,6 +214,14 @@ class LiberoEnv(gym.Env):
         truncated = not terminated and self._steps >= self.max_steps
         self._over = terminated or truncated
         return self._observation(raw), float(reward), terminated, truncated, self._info(success)
+
+    def hold_action(self, last_action: np.ndarray | None) -> np.ndarray:
+        """A step without a new command (LiveClock): OSC deltas of zero hold the pose; the gripper keeps its last
+        command (open before any, as the wait steps are)."""
+        hold = np.array(LIBERO_WAIT_ACTION, dtype=np.float32)
+        if last_action is not None:
+            hold[-1] = np.asarray(last_action, dtype=np.float32)[-1]
+        return hold
 
     def render(self):
         if self.render_mode != "rgb_array" or self._last_obs is None:

@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 # `oxygen-gym bench serve ...`: a second word that selects its own module (same add_arguments/run interface).
 NESTED: dict[tuple[str, str], tuple[str, str]] = {
     ("bench", "serve"): ("oxygen_gym.eval.bench.serve_bench_command", "the policy server under load: batched vs one robot at a time"),
+    ("bench", "live"): ("oxygen_gym.eval.bench.live_bench_command", "success rate against latency per execution strategy (live clock)"),
     ("bench", "rtc"): ("oxygen_gym.eval.bench.rtc_cost", "real-time chunking's cost per denoise step: plain vs cheap vs guided"),
 }
 

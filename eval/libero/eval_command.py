@@ -19,6 +19,8 @@ from oxygen_gym.policies.checkpoints.overrides import ConventionOverrides
 from .eval_config import (
     CONVENTION_FIELDS,
     DTYPES,
+    EXECUTIONS,
+    HANDOVERS,
     MODES,
     PROTOCOLS,
     EvalConfig,
@@ -78,6 +80,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="results folder; rerunning with the same one resumes (default runs/eval)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     ConventionOverrides.add_arguments(parser)
+    g = parser.add_argument_group("live control (the world moves while the policy thinks; docs/live-control.md)")
+    g.add_argument("--live", default=None, metavar="LATENCY",
+                   help="measured (each call's wall time), fixed:MS, or model:FILE (stage costs JSON, or a bench "
+                        "results.json@POINT): ceil(latency / control dt) steps pass per call (default: off, the sim "
+                        "waits for the policy)")
+    g.add_argument("--execution", default=None, metavar="|".join(EXECUTIONS),
+                   help="with --live: sync (blocking: hold while thinking, default), async (execute the queue while "
+                        "the next chunk is computed), rtc (async with real-time chunking)")
+    g.add_argument("--handover", default=None, metavar="|".join(HANDOVERS),
+                   help="with --execution async: switch (default) or blend (0.7 new + 0.3 old over the overlap)")
+    g.add_argument("--queue-threshold", type=int, default=None, metavar="N",
+                   help="async/rtc: request the next chunk when N actions are left (default: horizon - replan)")
     g = parser.add_argument_group("scale-out")
     g.add_argument("--shard", default=None, metavar="I/N",
                    help="run only shard I of N of the episode set (deterministic; for SLURM arrays, several machines)")
@@ -111,6 +125,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         tasks=parse_tasks(args.tasks),
         episodes=episodes, init_states=parse_init_states(args.init_states), seeds=seeds, shard=parse_shard(args.shard), device=args.device,
         video=parse_video(args.video), out=str(args.out or "runs/eval"), fast_reset=args.fast_reset,
+        live=args.live, execution=args.execution, handover=args.handover, queue_threshold=args.queue_threshold,
         **ConventionOverrides.from_args(args).as_kwargs(CONVENTION_FIELDS),
     )
 

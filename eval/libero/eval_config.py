@@ -15,6 +15,8 @@ from oxygen_gym.policies.checkpoints.overrides import ConventionOverrides
 PROTOCOLS = ("openpi", "lerobot")
 MODES = USER_MODES  # oxygen_gym/engine/modes.py: the one definition
 VIDEO_POLICIES = ("all", "failures", "none")
+EXECUTIONS = ("sync", "async", "rtc")  # --execution: sync blocking, async (with --handover), async with RTC
+HANDOVERS = ("switch", "blend")  # --handover for --execution async
 DTYPES = ("float32", "bfloat16", "float16")  # torch dtype names
 
 # The ConventionOverrides fields an evaluation records, under their own names (EvalConfig has a field for each); the
@@ -23,7 +25,10 @@ CONVENTION_FIELDS = tuple(n for n in ConventionOverrides.names() if n not in ("i
 
 # The tokenizer is a path on this machine, not result-deciding: the other conventions are.
 RESULT_FIELDS = ("checkpoint", "robot", "mode", "decode_budget", "target_action_hz", "language_tasks", "protocol",
-                 "max_steps", "fast_render", "dtype", "fast_reset", *(n for n in CONVENTION_FIELDS if n != "tokenizer"))
+                 "max_steps", "fast_render", "dtype", "fast_reset", *(n for n in CONVENTION_FIELDS if n != "tokenizer"),
+                 "live", "execution", "handover", "queue_threshold")
+# A folder written before live control has none of the live fields: they compare equal to a run without --live.
+LIVE_DEFAULTS = {"live": None, "execution": None, "handover": None, "queue_threshold": None}
 
 
 @dataclass
@@ -48,6 +53,11 @@ class EvalConfig:
     action_horizon: int | None = None
     family: str | None = None
     tokenizer: str | None = None  # a path on this machine: not result-deciding
+    # live control (None: today's synchronous loop, the sim waits for the policy)
+    live: str | None = None  # measured | fixed:MS | model:FILE[@POINT]
+    execution: str | None = None  # with live: sync (default), async, rtc
+    handover: str | None = None  # with execution async: switch (default) or blend
+    queue_threshold: int | None = None  # async/rtc: actions left when the next chunk is requested (default H - replan)
     # the episode selection
     suites: list[str] = field(default_factory=lambda: ["libero_spatial"])
     tasks: list[int] | None = None
@@ -72,6 +82,15 @@ class EvalConfig:
 
     def result_fields(self) -> dict[str, Any]:
         return {k: _plain(getattr(self, k)) for k in RESULT_FIELDS}
+
+    def live_settings(self) -> dict | None:
+        """run_live_episode's keywords for this run (None without --live)."""
+        if self.live is None:
+            return None
+        execution = self.execution or "sync"
+        return {"latency": self.live, "execution": "sync" if execution == "sync" else "async",
+                "handover": "rtc" if execution == "rtc" else (self.handover or "switch"),
+                "threshold": self.queue_threshold}
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(asdict(self))
@@ -136,3 +155,28 @@ def validate(cfg: EvalConfig) -> None:
         raise ValueError(f"--task: a task name is given twice: {names}")
     if not cfg.seeds:
         raise ValueError("--seeds: at least one seed is needed")
+    validate_live(cfg)
+
+
+def validate_live(cfg: EvalConfig) -> None:
+    from oxygen_gym.policies.live_latency import parse_latency
+
+    if cfg.live is None:
+        for name in ("execution", "handover", "queue_threshold"):
+            if getattr(cfg, name) is not None:
+                raise ValueError(f"--{name.replace('_', '-')} needs --live (measured, fixed:MS or model:FILE)")
+        return
+    parse_latency(cfg.live)
+    if cfg.execution is not None and cfg.execution not in EXECUTIONS:
+        raise ValueError(f"--execution: {cfg.execution!r}; expected one of {', '.join(EXECUTIONS)}")
+    if cfg.handover is not None:
+        if cfg.handover not in HANDOVERS:
+            raise ValueError(f"--handover: {cfg.handover!r}; expected one of {', '.join(HANDOVERS)}")
+        if cfg.execution != "async":
+            raise ValueError(f"--handover {cfg.handover} needs --execution async (rtc hands over by itself, sync "
+                             f"does not overlap chunks)")
+    if cfg.queue_threshold is not None:
+        if isinstance(cfg.queue_threshold, bool) or not isinstance(cfg.queue_threshold, int) or cfg.queue_threshold < 0:
+            raise ValueError(f"--queue-threshold: {cfg.queue_threshold!r}; expected actions left (int >= 0)")
+        if (cfg.execution or "sync") == "sync":
+            raise ValueError("--queue-threshold needs --execution async or rtc (sync requests when the chunk ran)")

@@ -82,6 +82,24 @@ def _narration(ok: list[dict]) -> dict | None:
             "episodes": len(accs)}
 
 
+def _live(ok: list[dict]) -> dict | None:
+    """Live-clock totals over episodes (run_live_episode's per-episode `live` block), None for a synchronous run."""
+    lives = [r["live"] for r in ok if r.get("live")]
+    if not lives:
+        return None
+    first = lives[0]
+    delays = [d for lv in lives for d in lv.get("delay_steps") or []]
+    steps = sum(lv["steps"] for lv in lives)
+    held = sum(lv["held_steps"] for lv in lives)
+    return {
+        "latency": first.get("latency"), "execution": first.get("execution"), "handover": first.get("handover"),
+        "control_dt": first.get("control_dt"), "decode_hidden": first.get("decode_hidden"), "episodes": len(lives),
+        "steps": steps, "held_steps": held, "held_share": held / steps if steps else None,
+        "stale_actions": sum(lv.get("stale_actions", 0) for lv in lives),
+        "delay_steps": percentiles(delays, qs=(50, 90, 99)) if delays else None,
+    }
+
+
 def summarize(records: Iterable[dict], config: dict | None = None, expected: int | None = None) -> dict:
     """The summary of a set of episode records (any order). `expected`: episodes the selection holds, if known."""
     records = list(records)
@@ -120,6 +138,7 @@ def summarize(records: Iterable[dict], config: dict | None = None, expected: int
         "overall": overall,
         "held_out": _held_out_split(ok),
         "narration": _narration(ok),
+        "live": _live(ok),
         "suites": per_suite,
         "speed": _speed(ok),
         "errors": [{"suite": r["suite"], "task_id": r["task_id"], "seed": r["seed"], "episode": r["episode"],
@@ -169,6 +188,15 @@ def render_markdown(summary: dict) -> str:
     if narr:
         lines += ["", f"Narration names the current subtask on {_pct(narr['accuracy'])} of {narr['frames']} labelled "
                       f"frames ({narr['episodes']} episodes; labels from sim state, eval/libero/narration.py)."]
+    live = summary.get("live")
+    if live:
+        lat = live["latency"] or {}
+        d = live.get("delay_steps") or {}
+        lines += ["", f"Live clock: latency `{lat.get('source')}` {lat.get('ms', lat.get('name', ''))}, execution "
+                      f"`{live['execution']}`, hand-over `{live['handover']}`, control dt {live['control_dt']} s; "
+                      f"delay per call p50 {d.get('p50', float('nan')):.1f} / p99 {d.get('p99', float('nan')):.1f} "
+                      f"steps; {live['held_steps']} of {live['steps']} steps held ({_pct(live['held_share'])}), "
+                      f"{live['stale_actions']} actions arrived stale."]
     sp = summary["speed"]
     lines += ["", "| speed | p5 | p50 | p95 | mean |", "| --- | --- | --- | --- | --- |"]
     for label, key in (("action Hz", "action_hz"), ("language tokens/s", "language_tokens_per_s"),

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .eval_config import EvalConfig
+from .eval_config import LIVE_DEFAULTS, EvalConfig
 from .episode_set import EpisodeSpec
 
 VIDEO_DIR = "videos"
@@ -127,8 +127,16 @@ class EpisodeWorker:
             env = self.get_env(spec)
             policy = self.get_policy()
             policy.reset(seed=pseed)  # frame t draws its action noise from (seed, t)
-            result = run_episode(env, policy, seed=spec.seed, init_state=spec.init_state, replan=self.replan(),
-                                 video_dir=str(video_dir) if video_dir is not None else None, progress=progress)
+            video = str(video_dir) if video_dir is not None else None
+            live = cfg.live_settings()
+            if live is None:
+                result = run_episode(env, policy, seed=spec.seed, init_state=spec.init_state, replan=self.replan(),
+                                     video_dir=video, progress=progress)
+            else:
+                from oxygen_gym.envs.live_episode import run_live_episode
+
+                result = run_live_episode(env, policy, seed=spec.seed, init_state=spec.init_state,
+                                          replan=self.replan(), video_dir=video, progress=progress, **live)
         except Exception as e:  # noqa: BLE001 - one bad episode must not end the evaluation
             tb = traceback.format_exc()
             self.close_env()  # the sim may be in any state now
@@ -177,6 +185,7 @@ class EpisodeWorker:
             "held_out": is_held_out(self._training_data, task_name, spec.init_state),
             "video": video,
             "error": None,
+            **({"live": r["live"]} if self.config.live is not None else {}),
             "wall_s": wall_s,
             "worker": f"{socket.gethostname()}:{os.getpid()}",
             "finished_at": _now(),
@@ -189,8 +198,8 @@ _WORKER: EpisodeWorker | None = None
 def run_episode_spec(spec: EpisodeSpec, config: EvalConfig) -> dict:
     """The per-episode function: reuses this process's worker while the config stays the same."""
     global _WORKER
-    same = _WORKER is not None and (_WORKER.config.result_fields(), _WORKER.config.device) == (
-        config.result_fields(), config.device)
+    same = _WORKER is not None and (_policy_fields(_WORKER.config), _WORKER.config.device) == (
+        _policy_fields(config), config.device)
     if not same:
         close_worker()
         _WORKER = EpisodeWorker(config)
@@ -198,6 +207,11 @@ def run_episode_spec(spec: EpisodeSpec, config: EvalConfig) -> dict:
     record = _WORKER.run(spec)
     _register_exit_hook()
     return record
+
+
+def _policy_fields(config: EvalConfig) -> dict:
+    """The fields the policy and env are built from: live-control settings only change the loop around them."""
+    return {k: v for k, v in config.result_fields().items() if k not in LIVE_DEFAULTS}
 
 
 def close_worker() -> None:
