@@ -126,13 +126,15 @@ def run_live_episode(
             video_path = video.last_path
 
     finished = [r for r in ap.records if r.actions_ms is not None]
-    policy_s = sum(r.actions_ms for r in finished) / 1e3
+    # compute rates from what the calls really took on this machine (the clock's latency, e.g. fixed:0, is in `live`)
+    wall_ms = [r.wall_total_ms for r in finished if r.wall_total_ms is not None]
+    policy_s = sum(wall_ms) / 1e3
     env_ms = [r["env_ms"] for r in timer.records]
     tokens = sum(r.tokens for r in ap.records)
     stage_keys = sorted({k for r in ap.records for k in r.stage_ms})
     final_info = {k: v for k, v in info.items() if k not in ("timing", "narration", "live")}
     return EpisodeResult(
-        success=bool(info.get("is_success", False)), steps=steps, latencies_ms=[r.actions_ms for r in finished],
+        success=bool(info.get("is_success", False)), steps=steps, latencies_ms=wall_ms,
         narration=narrator.narration(), video_path=str(video_path) if video_path is not None else None,
         episode_id=str(info.get("episode_id", "")), terminated=bool(terminated), truncated=bool(truncated),
         calls=len(ap.records), replan=ap.replan, latency_source=ap.latency.name,

@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 NESTED: dict[tuple[str, str], tuple[str, str]] = {
     ("bench", "serve"): ("oxygen_gym.eval.bench.serve_bench_command", "the policy server under load: batched vs one robot at a time"),
     ("bench", "live"): ("oxygen_gym.eval.bench.live_bench_command", "success rate against latency per execution strategy (live clock)"),
+    ("bench", "action-latency"): ("oxygen_gym.eval.bench.action_latency", "obs -> actions with the frame's decode hidden vs the whole frame (Sec. 4.7)"),
     ("bench", "rtc"): ("oxygen_gym.eval.bench.rtc_cost", "real-time chunking's cost per denoise step: plain vs cheap vs guided"),
 }
 

@@ -171,7 +171,7 @@ class EpisodeWorker:
             "calls": r["calls"],
             "replan": r["replan"],
             # the paper's action frequency f = H / T (action horizon over mean frame latency)
-            "action_hz": (horizon / (np.mean(lat) / 1e3)) if lat and horizon else None,
+            "action_hz": (horizon / (np.mean(lat) / 1e3)) if lat and horizon and np.mean(lat) > 0 else None,
             # actions executed per second of policy compute (replan / T), as the video overlay shows
             "executed_action_hz": r["action_hz"],
             "language_tokens": r["tokens"],
