@@ -96,7 +96,7 @@ def test_load_and_unload_at_run_time_leave_the_pool_alone(tmp_path):
     policy.act(obs)
     pool_k = policy.pool.cache.k.clone()
     in_flight = {r.request_id: r.adapter for r in policy.engine.in_flight()}
-    extra, _ = write_random_adapter(tmp_path / "extra", policy.model, ALL, rank=8, alpha=16.0, seed=9)
+    extra, _ = write_random_adapter(tmp_path / "extra", policy.model, ALL, rank=12, alpha=16.0, seed=9)
     policy.load_adapter("extra", extra)  # a larger rank: the bank grows, the pool is untouched
     assert torch.equal(policy.pool.cache.k, pool_k)
     assert {r.request_id: r.adapter for r in policy.engine.in_flight()} == in_flight
@@ -115,3 +115,35 @@ def test_a_task_naming_an_unloaded_adapter_is_refused():
         MultiTaskPolicy.from_pretrained("tiny", tasks=TASKS[1:2])
     with pytest.raises(AdapterError, match="has no folder"):
         MultiTaskPolicy.from_pretrained("tiny", tasks=TASKS[:1], adapters=["mem"])
+
+
+def _tokens(policy, observations):
+    out = []
+    for obs in observations:
+        _, updates = policy.act(obs)
+        out.append([(u.request_id, u.new_token_ids) for u in updates])
+    return out
+
+
+def test_graph_path_routes_adapters_like_the_eager_path(tmp_path, graphs_on_cpu):
+    """With graphs on (captured bodies run eagerly on a CPU), mixed-adapter decode batches replay the routed static
+    body and give the eager tokens; a bank that grows gets a new graph (its tensors moved)."""
+    observations = [make_obs("libero", np.random.default_rng(5 + i)) for i in range(4)]
+    _, graphed, _ = _policies("tiny", tmp_path)
+    assert graphed.engine.runner.graphs
+    got = _tokens(graphed, observations[:2])
+    extra, _ = write_random_adapter(tmp_path / "extra", graphed.model, ALL, rank=12, alpha=16.0, seed=9)
+    graphed.load_adapter("extra", extra)  # rank 12 > the bank's 8: its tensors are reallocated
+    got += _tokens(graphed, observations[2:])
+    versions = {v for _, v in graphed.engine.runner._decode_routed}
+    assert len(versions) == 2, f"routed graphs by bank version: {sorted(graphed.engine.runner._decode_routed)}"
+    with pytest.MonkeyPatch.context() as m:
+        from oxygen_gym.engine import runner as runner_module
+
+        m.setattr(runner_module, "use_cuda_graphs", lambda flag, device: False)
+        _, eager, _ = _policies("tiny", tmp_path / "eager")
+        assert not eager.engine.runner.graphs
+        want = _tokens(eager, observations[:2])
+        eager.load_adapter("extra", extra)
+        want += _tokens(eager, observations[2:])
+    assert got == want

@@ -98,7 +98,8 @@ class ModelRunner:
         self.graphs = use_cuda_graphs(cuda_graphs, model.device)
         self.buckets = decode_buckets(pool.num_slots)
         self._mempool = torch.cuda.graph_pool_handle() if self.graphs else None
-        self._decode: dict[tuple[int, bool, int], StaticCall] = {}
+        self._decode: dict[int, StaticCall] = {}
+        self._decode_routed: dict[tuple[int, int], StaticCall] = {}  # (bucket, model.adapter_version)
         self._denoise: dict[tuple[str, int, int], StaticCall] = {}
 
     @property
@@ -204,11 +205,14 @@ class ModelRunner:
         return call.replay()
 
     def _decode_call(self, bucket: int, routed: bool = False) -> StaticCall:
-        # a routed graph reads the adapters' stacked tensors: recaptured when the model reallocates them
-        key = (bucket, routed, self.model.adapter_version if routed else 0)
-        if key not in self._decode:
-            self._decode[key] = self.decode_body(bucket, routed)
-        return self._decode[key]
+        if not routed:
+            if bucket not in self._decode:
+                self._decode[bucket] = self.decode_body(bucket)
+            return self._decode[bucket]
+        key = (bucket, self.model.adapter_version)  # it reads the adapters' tensors: recaptured when they move
+        if key not in self._decode_routed:
+            self._decode_routed[key] = self.decode_body(bucket, routed=True)
+        return self._decode_routed[key]
 
     def _denoise_call(self, head: str, num_steps: int, state: PrefixState, noise: torch.Tensor) -> StaticCall:
         key = (head, int(num_steps), int(noise.shape[1]))

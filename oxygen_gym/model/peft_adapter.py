@@ -61,7 +61,8 @@ def read_peft_config(path: str | Path) -> dict:
     refused = {
         "use_dora": (False, None), "bias": ("none", None), "fan_in_fan_out": (False, None),
         "modules_to_save": (None, [], ()), "lora_bias": (False, None), "layer_replication": (None,),
-        "use_qalora": (False, None),
+        "use_qalora": (False, None), "target_parameters": (None,), "trainable_token_indices": (None,),
+        "alora_invocation_tokens": (None,), "use_bdlora": (None, False),
     }
     for key, fine in refused.items():
         value = cfg.get(key)
