@@ -134,3 +134,18 @@ def test_unsupported_adapters_are_refused_naming_the_module(tmp_path):
         MultiTaskPolicy.from_pretrained("tiny", adapters={"s": tmp_path / "shape"})
     with pytest.raises(AdapterError, match="no adapter_config.json"):
         read_peft(tmp_path, model)
+
+
+def test_inspect_states_per_task_and_merged_adapters(tmp_path, capsys):
+    from oxygen_gym.cli import main
+
+    model = build_model("tiny", seed=0)
+    _peft_folder(model, tmp_path / "lang", LANG, r=4, alpha=8)
+    _peft_folder(model, tmp_path / "ft", r".*vision\.layers\.\d+\.self_attn\.q_proj", r=2, alpha=2)
+    code = main(["inspect", "tiny", "--adapter", f"lang={tmp_path / 'lang'}", "--adapter", f"ft={tmp_path / 'ft'}",
+                 "--merge-adapter", str(tmp_path / "ft")])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "lang (" in out and "r=4 alpha=8 scale 2.0; 14 modules (backbone language 14); per task" in out
+    assert "ft (" in out and "REFUSED as a per-task adapter" in out and "(vision 2)" in out
+    assert "merged into the weights at load" in out
