@@ -10,13 +10,16 @@ REPLACEMENT = "\ufffd"
 
 @dataclass(frozen=True)
 class LanguageTask:
-    """A language request is started every `every` frames on that frame's shared prefix plus `prompt`."""
+    """A language request is started every `every` frames on that frame's shared prefix plus `prompt`.
+    `adapter`: the name of a loaded LoRA adapter its prompt and generated tokens go through (None: base weights);
+    the shared prefill and the action heads never see it."""
 
     name: str
     prompt: str
     max_new_tokens: int = 30
     every: int = 1
     temperature: float = 0.0
+    adapter: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -29,6 +32,8 @@ class LanguageTask:
             raise ValueError(f"LanguageTask({self.name!r}).every must be a positive int, got {self.every!r}")
         if not self.temperature >= 0:
             raise ValueError(f"LanguageTask({self.name!r}).temperature must be >= 0, got {self.temperature!r}")
+        if self.adapter is not None and (not isinstance(self.adapter, str) or not self.adapter):
+            raise ValueError(f"LanguageTask({self.name!r}).adapter must be None or an adapter name, got {self.adapter!r}")
 
 
 def task_prompt_ids(tokenizer, prompt: str) -> list[int]:

@@ -23,7 +23,7 @@ from oxygen_gym.engine.stats import DEFAULT_WINDOW, FrameLog
 from oxygen_gym.engine.timing import peak_memory_bytes, peak_rss_bytes
 from oxygen_gym.engine.model_api import EngineModel
 
-from . import normalize, pi05_io, xr0_io  # noqa: F401 - each registers its family (model_io.py)
+from . import normalize, pi05_io, task_adapters, xr0_io  # noqa: F401 - each registers its family (model_io.py)
 from .inputs import check_observation
 from .language import LanguageTask, LanguageUpdate, TextStream
 from .model_io import ModelIO, builtin_names, checkpoint_family, family_of_builtin, io_for
@@ -77,6 +77,8 @@ class MultiTaskPolicy:
         heads: list[str] | tuple[str, ...] | None = None,
         model_io: ModelIO | None = None,
         rtc: RTCConfig | None = None,
+        adapters: dict | None = None,
+        merge_adapters: list | None = None,
     ) -> None:
         """`action_horizon`: actions act() returns (default: the robot's); `chunk`: actions denoised (default
         `action_horizon`; a checkpoint's own chunk via from_pretrained). `heads`: the action heads act() runs and
@@ -85,7 +87,9 @@ class MultiTaskPolicy:
         slot (default: the robot's openpi slots). Normalisers default to openpi's quantiles over `norm_stats`.
         `model_io`: the family's observation and text conventions (default: the one registered for the model's class,
         policies/model_io.py). `rtc`: how `act(obs, prev_actions=...)` inpaints a chunk (real-time chunking,
-        engine/rtc.py; default `RTCConfig()`)."""
+        engine/rtc.py; default `RTCConfig()`). `adapters`: per-task LoRA adapters, name -> PEFT folder (a task names
+        one with `LanguageTask(adapter=)`); `merge_adapters`: PEFT folders over the whole model, merged into the
+        weights first (policies/task_adapters.py)."""
         self.robot = robot if isinstance(robot, RobotSpec) else get_robot(robot)
         if mode not in POLICY_MODES:
             raise ValueError(f"mode: unknown mode {mode!r}; expected one of {POLICY_MODES}")
@@ -130,6 +134,9 @@ class MultiTaskPolicy:
         )
         self.camera_slots = self.io.camera_slots  # robot camera -> the model's slot / view (the family's default)
         self._task_prompt_ids = {t.name: self.io.task_prompt_ids(t.prompt) for t in tasks}
+        if mode == "parallel" and (adapters or any(t.adapter for t in tasks)):
+            raise ValueError("adapters: mode='parallel' runs language in a worker process; use another mode")
+        self.adapters = task_adapters.setup(self, adapters, merge_adapters, tasks)
         max_cont = max((len(self._task_prompt_ids[t.name]) + t.max_new_tokens for t in tasks), default=0)
         # every head writes its chunk after the prefix (one at a time); heads beyond the first have no larger chunk
         capacity = model.max_prefix_length() + max(self.chunk, max_cont)
@@ -238,6 +245,8 @@ class MultiTaskPolicy:
         )
         for message in conv.warnings:
             warnings.warn(f"{conv.root.name}: {message}", CheckpointGuessWarning, stacklevel=2)
+        if "adapters" in kwargs:  # a list names the checkpoint's own adapters/<name>/ folders
+            kwargs["adapters"] = task_adapters.checkpoint_adapters(root, kwargs["adapters"])
         policy = cls(
             model, tok, robot=robot_spec, tasks=tasks, decode_budget=decode_budget, target_action_hz=target_action_hz,
             language_deadline_s=language_deadline_s, mode=mode, seed=seed, **family_kwargs, **kwargs,
@@ -356,7 +365,7 @@ class MultiTaskPolicy:
         return Request(
             request_id=rid, task=task.name, frame=frame, prompt_ids=list(self._task_prompt_ids[task.name]),
             max_new_tokens=task.max_new_tokens, eos_id=self.io.eos_id, temperature=task.temperature,
-            seed=_seed_for(self.seed, rid, 1),
+            seed=_seed_for(self.seed, rid, 1), adapter=self.adapters.slot_of(task),
         )
 
     def _update(self, r: Request, tokens: list[int]) -> LanguageUpdate:
@@ -407,6 +416,18 @@ class MultiTaskPolicy:
             "deadline_misses": int(getattr(self.budget, "deadline_misses", 0)),
         }
         return out
+
+    # ------------------------------------------------------------------ adapters
+    def load_adapter(self, name: str, path: str | Path) -> None:
+        """Load a per-task LoRA adapter (a PEFT folder) at run time; the KV pool and in-flight requests are
+        untouched. A task then uses it through `LanguageTask(adapter=name)`."""
+        if self.mode == "parallel":
+            raise ValueError("load_adapter: mode='parallel' runs language in a worker process; use another mode")
+        self.adapters.load(name, path)
+
+    def unload_adapter(self, name: str) -> None:
+        """Free an adapter's slot; an error while an in-flight request or one of this policy's tasks uses it."""
+        self.adapters.unload(name, self.engine.in_flight(), self.tasks)
 
     def close(self) -> None:
         if not self._closed:

@@ -21,9 +21,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name in ("lr", "weight_decay", "language_weight", "min_lr_ratio", "grad_clip"):
         parser.add_argument("--" + name.replace("_", "-"), type=float, default=defaults[name])
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
+    parser.add_argument("--adapter", default=None, metavar="NAME",
+                        help="train only a LoRA adapter NAME on the language continuation of a frozen base (--init, "
+                             "default the shipped libero-spatial); writes a PEFT folder OUT/adapter/")
+    parser.add_argument("--rank", type=int, default=8, help="LoRA rank of --adapter (default 8)")
+    parser.add_argument("--alpha", type=float, default=None, help="LoRA alpha of --adapter (default 2 * rank)")
+    parser.add_argument("--prompt", default=None, help="the adapter task's prompt (default the narration prompt)")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.adapter:
+        return _run_adapter(args)
     kw = {k: v for k, v in vars(args).items() if k in {f.name for f in fields(TrainConfig)} and v is not None}
     try:
         cfg = TrainConfig(**kw)
@@ -36,4 +44,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"oxygen-gym train: {e}")
         return 2
     print(f"model written to {folder}")
+    return 0
+
+
+def _run_adapter(args: argparse.Namespace) -> int:
+    from .adapter_trainer import AdapterTrainConfig, train_adapter
+
+    given = {"data": args.data, "out": args.out, "adapter": args.adapter, "rank": args.rank, "alpha": args.alpha,
+             "init": args.init, "prompt": args.prompt, "device": args.device, "threads": args.threads, "seed": args.seed}
+    defaults = {f.name: f.default for f in fields(TrainConfig)}
+    for name in ("steps", "batch_size", "lr", "checkpoint_every"):  # only when set: the adapter run has its own defaults
+        if getattr(args, name) != defaults[name]:
+            given[name] = getattr(args, name)
+    try:
+        folder = train_adapter(AdapterTrainConfig(**{k: v for k, v in given.items() if v is not None}))
+    except ValueError as e:
+        print(f"oxygen-gym train: {e}")
+        return 2
+    print(f"adapter written to {folder}")
     return 0

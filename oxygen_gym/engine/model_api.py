@@ -170,10 +170,13 @@ class EngineModel(ABC):
         start: torch.Tensor,
         positions: torch.Tensor | None = None,
         read_len: int | None = None,
+        *,
+        adapters: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Append `tokens [B, T]` causally after each row's sequence: token t of row b is stored at cache index
         `start[b] + t` with position `positions[b] + t` (None: = start). Returns final-normed hidden `[B, T, W]`.
-        `read_len`: attend over a fixed number of cache positions under a mask (static shapes)."""
+        `read_len`: attend over a fixed number of cache positions under a mask (static shapes). `adapters [B]`:
+        each row's LoRA adapter slot (0: base weights; None: no adapter in the batch; model/lora_bank.py)."""
 
     @abstractmethod
     def decode_step(
@@ -183,9 +186,18 @@ class EngineModel(ABC):
         positions: torch.Tensor,
         cache_index: torch.Tensor | None = None,
         read_len: int | None = None,
+        *,
+        adapters: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Feed one token per row (`last_tokens [B]` at `positions [B]`, stored at `cache_index [B]`, None: =
-        positions) and return next-token logits `[B, vocab]` in fp32."""
+        positions) and return next-token logits `[B, vocab]` in fp32. `adapters [B]`: as in `extend`, the rows of
+        one batch may each name another adapter."""
+
+    @property
+    def adapter_version(self) -> int:
+        """Changes whenever the adapters' stacked weights move in memory (a graph captured over them is stale)."""
+        bank = getattr(self, "lora", None)
+        return bank.version if bank is not None else 0
 
     # ---------------------------------------------------------------- shared
     def new_cache(self, rows: int, capacity: int) -> KVCache:

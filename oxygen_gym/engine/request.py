@@ -28,6 +28,7 @@ class Request:
     temperature: float = 0.0
     seed: int = 0  # of this request's sampling generator (temperature > 0)
     session: int = 0  # the robot (server connection) whose frame started it; one policy is session 0
+    adapter: int = 0  # the model's LoRA adapter slot for its prompt and generated tokens (0: the base weights)
     slot: int = -1
     prefix_len: int = 0
     length: int = 0  # cache positions written for this request
@@ -73,6 +74,7 @@ class DecodeBatch:
     last_tokens: torch.Tensor
     cache_index: torch.Tensor  # where each row's fed token is stored
     positions: torch.Tensor  # its RoPE position
+    adapters: torch.Tensor | None = None  # each row's adapter slot; None when every row decodes with the base
 
     @property
     def size(self) -> int:
@@ -101,7 +103,10 @@ class RequestTable:
         tokens = torch.tensor([r.pending for r in reqs], dtype=torch.long, device=device)
         index = torch.tensor([r.length for r in reqs], dtype=torch.long, device=device)
         positions = torch.tensor([r.position for r in reqs], dtype=torch.long, device=device)
-        return DecodeBatch(list(reqs), tokens, index, positions)
+        adapters = None
+        if any(r.adapter for r in reqs):
+            adapters = torch.tensor([r.adapter for r in reqs], dtype=torch.long, device=device)
+        return DecodeBatch(list(reqs), tokens, index, positions, adapters)
 
     def update(self, batch: DecodeBatch, tokens: list[int]) -> None:
         for r, t in zip(batch.requests, tokens, strict=True):

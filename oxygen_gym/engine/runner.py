@@ -100,6 +100,7 @@ class ModelRunner:
         self.buckets = decode_buckets(pool.num_slots)
         self._mempool = torch.cuda.graph_pool_handle() if self.graphs else None
         self._decode: dict[int, StaticCall] = {}
+        self._decode_routed: dict[tuple[int, int], StaticCall] = {}  # (bucket, model.adapter_version)
         self._denoise: dict[tuple[str, int, int], StaticCall] = {}
 
     @property
@@ -113,12 +114,14 @@ class ModelRunner:
         return self.model.prefill_frame(self.pool.view(row, row + rows), inputs)
 
     @torch.inference_mode()
-    def extend(self, row: int, tokens: list[int], cache_index: int, position: int) -> None:
-        """Write `tokens` after row `row`'s sequence (a task prompt)."""
+    def extend(self, row: int, tokens: list[int], cache_index: int, position: int, *, adapter: int = 0) -> None:
+        """Write `tokens` after row `row`'s sequence (a task prompt), through LoRA adapter slot `adapter` (0: base)."""
         dev = self.device
         t = torch.tensor([tokens], dtype=torch.long, device=dev)
+        kw = {"adapters": torch.tensor([adapter], device=dev)} if adapter else {}
         self.model.extend(
-            self.pool.view(row, row + 1), t, torch.tensor([cache_index], device=dev), torch.tensor([position], device=dev)
+            self.pool.view(row, row + 1), t, torch.tensor([cache_index], device=dev), torch.tensor([position], device=dev),
+            **kw,
         )
 
     # ------------------------------------------------------------------ graph-capable stages
@@ -140,13 +143,19 @@ class ModelRunner:
         return self._replay(call, [noise, *state.tensors()]).clone()
 
     @torch.inference_mode()
-    def decode_step(self, size: int, last_tokens: torch.Tensor, cache_index: torch.Tensor, positions: torch.Tensor):
+    def decode_step(
+        self, size: int, last_tokens: torch.Tensor, cache_index: torch.Tensor, positions: torch.Tensor, *,
+        adapters: torch.Tensor | None = None,
+    ):
         """Next-token logits `[size, vocab]` of pool rows [0, size). Graphs pad to a bucket with the rows after the
-        batch, which must be free: a batch that is not the whole active range runs eagerly."""
+        batch, which must be free: a batch that is not the whole active range runs eagerly. `adapters [size]`: each
+        row's LoRA adapter slot (None: all base), one batch whatever the mix (model/lora_bank.py)."""
         if not self.graphs or size != self.pool.active:
-            return self.model.decode_step(self.pool.view(0, size), last_tokens, positions, cache_index)
-        call = self._decode_call(self.bucket(size))  # padding rows: token 0 at index 0 (load zeroes them)
-        return self._replay(call, [last_tokens, cache_index, positions])[:size]
+            kw = {} if adapters is None else {"adapters": adapters}
+            return self.model.decode_step(self.pool.view(0, size), last_tokens, positions, cache_index, **kw)
+        inputs = [last_tokens, cache_index, positions] + ([] if adapters is None else [adapters])
+        call = self._decode_call(self.bucket(size), adapters is not None)  # padding rows: token 0 at index 0, base
+        return self._replay(call, inputs)[:size]
 
     def bucket(self, batch: int) -> int:
         for b in self.buckets:
@@ -172,15 +181,17 @@ class ModelRunner:
             self._replay(self._denoise_call(head, num_steps, state, noise), [noise, *state.tensors()])
 
     # ------------------------------------------------------------------ the static bodies
-    def decode_body(self, bucket: int) -> StaticCall:
-        """The decode step over rows [0, bucket) as a static call (run it eagerly to test it on a CPU)."""
+    def decode_body(self, bucket: int, routed: bool = False) -> StaticCall:
+        """The decode step over rows [0, bucket) as a static call (run it eagerly to test it on a CPU). `routed`:
+        it takes a fourth input, each row's adapter slot."""
         view, capacity = self.pool.view(0, bucket), self.pool.capacity
         zeros = torch.zeros(bucket, dtype=torch.long, device=self.device)
 
-        def step(tokens, index, positions):
-            return self.model.decode_step(view, tokens, positions, index, read_len=capacity)
+        def step(tokens, index, positions, adapters=None):
+            kw = {} if adapters is None else {"adapters": adapters}
+            return self.model.decode_step(view, tokens, positions, index, read_len=capacity, **kw)
 
-        return StaticCall(step, [zeros, zeros, zeros])
+        return StaticCall(step, [zeros] * (4 if routed else 3))
 
     def denoise_body(self, head: str, num_steps: int, state: PrefixState, noise: torch.Tensor) -> StaticCall:
         """A head's denoise over the staging row as a static call (example `state` / `noise` fix the shapes)."""
@@ -199,10 +210,15 @@ class ModelRunner:
             call.capture(self._mempool)
         return call.replay()
 
-    def _decode_call(self, bucket: int) -> StaticCall:
-        if bucket not in self._decode:
-            self._decode[bucket] = self.decode_body(bucket)
-        return self._decode[bucket]
+    def _decode_call(self, bucket: int, routed: bool = False) -> StaticCall:
+        if not routed:
+            if bucket not in self._decode:
+                self._decode[bucket] = self.decode_body(bucket)
+            return self._decode[bucket]
+        key = (bucket, self.model.adapter_version)  # it reads the adapters' tensors: recaptured when they move
+        if key not in self._decode_routed:
+            self._decode_routed[key] = self.decode_body(bucket, routed=True)
+        return self._decode_routed[key]
 
     def _denoise_call(self, head: str, num_steps: int, state: PrefixState, noise: torch.Tensor) -> StaticCall:
         key = (head, int(num_steps), int(noise.shape[1]))

@@ -170,7 +170,7 @@ class FrameScheduler:
         head = r.prompt_ids[:-1]
         if head:
             with self.timer.stage("prefill"):
-                self.runner.extend(r.slot, head, r.length, r.position)
+                self.runner.extend(r.slot, head, r.length, r.position, adapter=r.adapter)
         r.length += len(head)
         r.position += len(head)
         r.pending = r.prompt_ids[-1]
@@ -189,7 +189,9 @@ class FrameScheduler:
     def _decode_step(self, batch, progress: FrameProgress, key) -> None:
         """One decode step over `batch` (pool rows 0..size): token choice, bookkeeping under `key(request)`, evictions."""
         with self.timer.stage("decode"):
-            logits = self.runner.decode_step(batch.size, batch.last_tokens, batch.cache_index, batch.positions)
+            logits = self.runner.decode_step(
+                batch.size, batch.last_tokens, batch.cache_index, batch.positions, adapters=batch.adapters
+            )
             tokens = choose_tokens(logits, batch.requests)
         with self._manager():
             self.table.update(batch, tokens)

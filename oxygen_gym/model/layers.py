@@ -13,10 +13,14 @@ RMS_EPS = 1e-6
 
 
 def linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
-    """Apply `layer` in its weight's dtype (fp32 norms feed bf16 matmuls in mixed checkpoints)."""
+    """Apply `layer` in its weight's dtype (fp32 norms feed bf16 matmuls in mixed checkpoints), plus the per-row
+    LoRA update of the adapters routed to (lora_bank.py) when the layer is an adapter target."""
     if cpu_kernels.max_rows_of(layer):  # opt-in oneDNN path for small-row calls (cpu_kernels.enable)
-        return cpu_kernels.packed_linear(x, layer)
-    return F.linear(x.to(layer.weight.dtype), layer.weight, layer.bias)
+        y = cpu_kernels.packed_linear(x, layer)
+    else:
+        y = F.linear(x.to(layer.weight.dtype), layer.weight, layer.bias)
+    lora = layer.__dict__.get("lora_target")
+    return y if lora is None else lora(x, y)
 
 
 def rms_normalize(x: torch.Tensor) -> torch.Tensor:

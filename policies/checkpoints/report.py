@@ -30,6 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ConventionOverrides.add_arguments(parser)
     parser.add_argument("--prompt", default="pick up the black bowl and place it on the plate",
                         help="instruction for the example prompt")
+    parser.add_argument("--adapter", action="append", metavar="NAME=PATH",
+                        help="a per-task LoRA adapter (PEFT folder) to check; repeatable")
+    parser.add_argument("--merge-adapter", action="append", metavar="PATH",
+                        help="a whole-model LoRA adapter merged into the weights at load; repeatable")
 
 
 def _header(weights: Path) -> tuple[int, int, Counter]:
@@ -104,13 +108,25 @@ def inspect_text(checkpoint, robot, overrides: ConventionOverrides, prompt: str)
 def run(args: argparse.Namespace) -> int:
     from ..model_io import builtin_names
 
+    from .adapter_report import adapter_lines, parse_adapter_args
+    from .resolve import checkpoint_root
+
+    merge = [Path(p) for p in getattr(args, "merge_adapter", None) or ()]
     if args.checkpoint in builtin_names():
         from ..builtin_report import builtin_report
 
-        print(builtin_report(args.checkpoint, args.robot, args.prompt))
+        try:
+            extra = adapter_lines(None, parse_adapter_args(getattr(args, "adapter", None)), merge)
+        except (ValueError, FileNotFoundError) as e:
+            print(f"oxygen-gym inspect: error: {e}", file=sys.stderr)
+            return 2
+        print("\n".join([builtin_report(args.checkpoint, args.robot, args.prompt), *extra]))
         return 0
     try:
-        text = inspect_text(args.checkpoint, args.robot, ConventionOverrides.from_args(args), args.prompt)
+        overrides = ConventionOverrides.from_args(args)
+        text = inspect_text(args.checkpoint, args.robot, overrides, args.prompt)
+        root = checkpoint_root(args.checkpoint, overrides.revision)
+        text = "\n".join([text, *adapter_lines(root, parse_adapter_args(getattr(args, "adapter", None)), merge)])
     except (ValueError, FileNotFoundError, KeyError) as e:
         print(f"oxygen-gym inspect: error: {e}", file=sys.stderr)
         return 2

@@ -23,6 +23,7 @@ from ...engine.kv_cache import KVCache
 from ...engine.model_api import ActionHead, EngineModel, KVLayout, PrefixState
 from ...engine.rtc import Guidance, guided_velocity
 from ..layers import AdaRMSNorm, linear, rope_cos_sin
+from ..lora_bank import adapter_routing
 from .config import PI05Config
 from .gemma import GemmaStack
 from .prefix_inputs import PrefixInputs
@@ -66,6 +67,8 @@ def time_embedding(t: torch.Tensor, width: int, min_period: float, max_period: f
 
 
 class PI05Model(nn.Module, EngineModel):
+    language_layers = "vlm.layers"  # the decoder layers per-task adapters may target (model/lora_bank.py)
+
     def __init__(self, config: PI05Config) -> None:
         super().__init__()
         self.config = config
@@ -346,12 +349,15 @@ class PI05Model(nn.Module, EngineModel):
         start: torch.Tensor,
         positions: torch.Tensor | None = None,
         read_len: int | None = None,
+        *,
+        adapters: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Append `tokens [B, T]` to each row's sequence at cache indices `start[b] + t`, causally, with RoPE
         positions `positions[b] + t` (None: the cache indices).
 
         Row b attends to its cache positions `[0, start[b] + t]`. Returns final-normed hidden `[B, T, W]`.
         `read_len`: attend over exactly that many positions under the mask (shape-static, for graph capture).
+        `adapters [B]`: each row's LoRA adapter slot (0 = base; None: no adapter anywhere).
         """
         b, t = tokens.shape
         dev = tokens.device
@@ -369,8 +375,9 @@ class PI05Model(nn.Module, EngineModel):
             mask = torch.arange(read_len, device=dev)[None, None, :] <= index[:, :, None]
         rows = torch.arange(b, device=dev)[:, None]
         x = (self.embed_tokens(tokens) * math.sqrt(self.config.vlm.width)).to(self.dtype)
-        for i, layer in enumerate(self.vlm.layers):
-            x = layer(x, cos, sin, cache.k[i], cache.v[i], (rows, index), read_len, mask)
+        with adapter_routing(self, adapters):
+            for i, layer in enumerate(self.vlm.layers):
+                x = layer(x, cos, sin, cache.k[i], cache.v[i], (rows, index), read_len, mask)
         return self.vlm.norm(x)
 
     @torch.inference_mode()
@@ -381,11 +388,13 @@ class PI05Model(nn.Module, EngineModel):
         positions: torch.Tensor,
         cache_index: torch.Tensor | None = None,
         read_len: int | None = None,
+        *,
+        adapters: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One token per row: feed `last_tokens [B]` at `positions [B]` (stored at `cache_index`, None: =
-        positions), return next-token logits `[B, vocab]`."""
+        positions), return next-token logits `[B, vocab]`. `adapters [B]`: each row's adapter slot (see extend)."""
         start = positions if cache_index is None else cache_index
-        hidden = self.extend(cache, last_tokens[:, None], start, positions, read_len)
+        hidden = self.extend(cache, last_tokens[:, None], start, positions, read_len, adapters=adapters)
         return self.lm_logits(hidden[:, 0])
 
 

@@ -17,6 +17,7 @@ from transformers import Qwen3VLConfig
 
 from ...engine.kv_cache import KVCache
 from ...engine.model_api import KVLayout, PrefixState
+from ..lora_bank import adapter_routing
 from .input_checks import check_images, row_lengths
 from .mrope import frequency_axes, mrope_cos_sin, mrope_positions, rope_inv_freq, text_positions
 from .qwen_config import Qwen3VLSpec
@@ -55,6 +56,8 @@ class _Qwen3VLModel(nn.Module):
 class Qwen3VLBackbone(nn.Module):
     """Vision tower, text decoder and LM head; the state dict is `Qwen3VLForConditionalGeneration`'s (a tied head
     shares the embedding's Parameter, so `lm_head.weight` appears as it does in transformers' state dict)."""
+
+    language_layers = "model.language_model.layers"  # what per-task adapters may target (model/lora_bank.py)
 
     def __init__(self, config: Qwen3VLConfig) -> None:
         super().__init__()
@@ -181,11 +184,14 @@ class Qwen3VLBackbone(nn.Module):
         start: torch.Tensor,
         positions: torch.Tensor | None = None,
         read_len: int | None = None,
+        *,
+        adapters: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Append text `tokens [B, T]` causally: token t of row b goes to cache index `start[b] + t` with M-RoPE
         position `positions[b] + t` on all three axes (None: = start, right only for text-only rows). Row b attends
         to its cache indices [0, start[b] + t]. Returns final-normed hidden `[B, T, W]`. `read_len`: attend over
-        exactly that many cache positions under the mask (shape-static, no host reads: for graph capture)."""
+        exactly that many cache positions under the mask (shape-static, no host reads: for graph capture).
+        `adapters [B]`: each row's LoRA adapter slot (0 = base; None: none anywhere; model/lora_bank.py)."""
         b, t = tokens.shape
         index = start[:, None] + torch.arange(t, device=tokens.device)[None]
         if read_len is None:
@@ -196,7 +202,8 @@ class Qwen3VLBackbone(nn.Module):
         mask = torch.arange(read_len, device=tokens.device)[None, None, :] <= index[:, :, None]
         rows = torch.arange(b, device=tokens.device)[:, None]
         x = self.model.language_model.embed_tokens(tokens)
-        return self.model.language_model.run(x, cos, sin, cache.k, cache.v, (rows, index), read_len, mask)
+        with adapter_routing(self, adapters):
+            return self.model.language_model.run(x, cos, sin, cache.k, cache.v, (rows, index), read_len, mask)
 
     @torch.inference_mode()
     def decode_step(
@@ -206,11 +213,13 @@ class Qwen3VLBackbone(nn.Module):
         positions: torch.Tensor,
         cache_index: torch.Tensor | None = None,
         read_len: int | None = None,
+        *,
+        adapters: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Feed one token per row (`last_tokens [B]` at M-RoPE `positions [B]`, stored at `cache_index [B]`; None:
         = positions, which holds only for text-only rows) and return next-token logits `[B, vocab]` in fp32."""
         start = positions if cache_index is None else cache_index
-        hidden = self.extend(cache, last_tokens[:, None], start, positions, read_len)
+        hidden = self.extend(cache, last_tokens[:, None], start, positions, read_len, adapters=adapters)
         return self.lm_logits(hidden[:, 0])
 
     @torch.inference_mode()

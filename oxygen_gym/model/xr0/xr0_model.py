@@ -16,6 +16,7 @@ from torch import nn
 from ...engine.kv_cache import KVCache
 from ...engine.model_api import ActionHead, EngineModel, KVLayout, PrefixState
 from ...engine.rtc import Guidance
+from ..lora_bank import adapter_routing
 from ..qwen3_vl import Qwen3VLBackbone
 from .action_expert import XR0ActionExpert
 from .xr0_config import XR0Config
@@ -25,6 +26,8 @@ ACTION_HEAD = "actions"  # XR0 has one DiT expert
 
 
 class XR0Model(nn.Module, EngineModel):
+    language_layers = "vlm.model.language_model.layers"  # what per-task adapters may target (model/lora_bank.py)
+
     def __init__(self, config: XR0Config) -> None:
         super().__init__()
         self.config = config
@@ -86,12 +89,15 @@ class XR0Model(nn.Module, EngineModel):
         )
 
     def extend(self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, positions: torch.Tensor | None = None,
-               read_len: int | None = None) -> torch.Tensor:
-        return self.vlm.extend(cache, tokens, start, positions, read_len)
+               read_len: int | None = None, *, adapters: torch.Tensor | None = None) -> torch.Tensor:
+        with adapter_routing(self, adapters):  # the bank is this model's (its language layers are under vlm.)
+            return self.vlm.extend(cache, tokens, start, positions, read_len)
 
     def decode_step(self, cache: KVCache, last_tokens: torch.Tensor, positions: torch.Tensor,
-                    cache_index: torch.Tensor | None = None, read_len: int | None = None) -> torch.Tensor:
-        return self.vlm.decode_step(cache, last_tokens, positions, cache_index, read_len)
+                    cache_index: torch.Tensor | None = None, read_len: int | None = None, *,
+                    adapters: torch.Tensor | None = None) -> torch.Tensor:
+        with adapter_routing(self, adapters):
+            return self.vlm.decode_step(cache, last_tokens, positions, cache_index, read_len)
 
 
 # Random-weight backbones: token embeddings N(0, 1) and every matrix N(0, gain / sqrt(fan_in)), with the residual
