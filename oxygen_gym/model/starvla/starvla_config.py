@@ -204,7 +204,7 @@ def _tiny() -> StarVLAConfig:
               "num_position_embeddings": 16, "deepstack_visual_indexes": [0]}
     return StarVLAConfig(
         _backbone(text, vision, 300, False),
-        pi=PIDims(width=32, head_dim=16, horizon=6, num_steps=3, future_tokens=4, max_seq_len=64, decoder_hidden=48),
+        pi=PIDims(width=32, head_dim=16, horizon=6, num_steps=3, future_tokens=4, max_seq_len=64),
         groot=GR00TDims(width=32, head_dim=16, depth=4, hidden=48, horizon=5, num_steps=3, future_tokens=4,
                         max_seq_len=64, max_state_dim=16, num_embodiments=3, embodiment_id=1, vl_layers=1,
                         vl_head_dim=16),
@@ -221,7 +221,7 @@ def _small() -> StarVLAConfig:
               "num_position_embeddings": 64, "deepstack_visual_indexes": [0, 1]}
     return StarVLAConfig(
         _backbone(text, vision, 1024, False),
-        pi=PIDims(width=128, head_dim=32, horizon=16, num_steps=4, future_tokens=8, max_seq_len=256, decoder_hidden=256),
+        pi=PIDims(width=128, head_dim=32, horizon=16, num_steps=4, future_tokens=8, max_seq_len=256),
         groot=GR00TDims(width=128, head_dim=32, depth=4, hidden=256, horizon=8, num_steps=4, future_tokens=8,
                         max_seq_len=256, max_state_dim=32, num_embodiments=4, vl_layers=1, vl_head_dim=32),
         oft=OFTDims(horizon=8, query_token=_query_token()),
