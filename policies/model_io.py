@@ -75,7 +75,7 @@ def register_family(family: PolicyFamily) -> None:
 def registered_families() -> dict[str, PolicyFamily]:
     """Every family (each family's module registers it on import: import them here, so a caller that only needs the
     registry, such as the override checks, sees all of them)."""
-    from . import pi05_io, xr0_io  # noqa: F401
+    from . import pi05_io, starvla_io, xr0_io  # noqa: F401
 
     return FAMILIES
 

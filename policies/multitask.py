@@ -23,7 +23,7 @@ from oxygen_gym.engine.stats import DEFAULT_WINDOW, FrameLog
 from oxygen_gym.engine.timing import peak_memory_bytes, peak_rss_bytes
 from oxygen_gym.engine.model_api import EngineModel
 
-from . import normalize, pi05_io, task_adapters, xr0_io  # noqa: F401 - each registers its family (model_io.py)
+from . import normalize, pi05_io, starvla_io, task_adapters, xr0_io  # noqa: F401 - the *_io modules register their family (model_io.py)
 from .inputs import check_observation
 from .language import LanguageTask, LanguageUpdate, TextStream
 from .model_io import ModelIO, builtin_names, checkpoint_family, family_of_builtin, io_for
