@@ -38,6 +38,10 @@ $(STAMP): pyproject.toml
 	# openpi's own client (the serving tests talk to our server with it) pins numpy<2 in its metadata but runs on
 	# numpy 2; installing it without its pins keeps the numpy the simulators were verified with.
 	$(BIN)/python -m pip install -q --no-deps "openpi-client>=0.1.2"
+	# lerobot 0.4.4's GR00T action head is the reference of the StarVLA groot head (tests/lerobot_groot.py): the wheel
+	# without its dependency tree (datasets, every policy's stack), plus the few its action head imports.
+	$(BIN)/python -m pip install -q --no-deps "lerobot==0.4.4" "diffusers==0.35.2" "draccus==0.11.6" "mergedeep==1.3.4" \
+		"toml==0.10.2" "typing-inspect==0.9.0" "mypy-extensions>=1.0"
 	touch $(STAMP)
 
 clean:

@@ -1,7 +1,8 @@
 """The StarVLA `groot` head against lerobot 0.4.4's GR00T N1.5 action head (`FlowmatchingActionHead`), built from
 the same tiny dims with its weights copied across strictly: the backbone features (vlln + self-attention), the
-velocity at every Euler step and the sampled chunk. Then the head on the model: it reads the backbone's final
-*normed* hidden state of the one prefill (a head reading the un-normed last layer fails here)."""
+velocity at every Euler step and the sampled chunk. Then the head on the model: it reads the last layer's output of
+the one prefill *before* the final norm, as StarVLA's QwenGR00T reads `hidden_states[-1]` under its pinned
+transformers 4.57.0 (a head reading the normed state fails here)."""
 from __future__ import annotations
 
 import pytest
@@ -124,9 +125,9 @@ def test_velocity_per_step_and_sampled_chunk_match_lerobot(pair):
     assert (got_chunk - noise).abs().max() > 1e-2  # the loop moved the noise
 
 
-def test_groot_on_the_model_reads_the_final_normed_hidden_state():
-    """denoise_head over the prefill == the head over the backbone's normed final hidden state; the un-normed last
-    layer output gives other actions (the tap is the normed one)."""
+def test_groot_on_the_model_reads_the_last_layer_before_the_final_norm():
+    """denoise_head over the prefill == the head over transformers' `hidden_states[-1]` (the last layer's output,
+    un-normed in 4.57); the normed final state gives other actions."""
     model = build_starvla("starvla-tiny", seed=2, heads=["groot"])
     with torch.no_grad():  # a final norm of ones is undone by vlln's LayerNorm: give it a shape
         model.vlm.model.language_model.norm.weight.copy_(torch.linspace(0.2, 2.0, model.config.backbone_width))
@@ -144,8 +145,9 @@ def test_groot_on_the_model_reads_the_final_normed_hidden_state():
     mask = torch.ones(1, 17, dtype=torch.bool)
     padded_state = torch.zeros(1, c.groot.max_state_dim)
     padded_state[:, : c.state_dim] = state
-    want = head.sample({**head.taps(pre.hidden, mask), "state": padded_state}, torch.tensor([17]), noise, c.groot.num_steps)
-    raw = head.sample({**head.taps(pre.hidden_states[-1], mask), "state": padded_state}, torch.tensor([17]), noise,
-                      c.groot.num_steps)
+    want = head.sample({**head.taps(pre.hidden_states[-1], mask), "state": padded_state}, torch.tensor([17]), noise,
+                       c.groot.num_steps)
+    normed = head.sample({**head.taps(pre.hidden, mask), "state": padded_state}, torch.tensor([17]), noise,
+                         c.groot.num_steps)
     assert rel(got, want) <= CHUNK_TOL, rel(got, want)
-    assert (raw - want).abs().max() > 1e-3
+    assert (normed - want).abs().max() > 1e-3

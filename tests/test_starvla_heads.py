@@ -1,7 +1,7 @@
 """The StarVLA `pi` (PI_v3) and `oft` heads against StarVLA's own head modules (commit 0ed0aad), run once into
 tests/fixtures/starvla_heads/reference.pt by tools/starvla_reference.py (command and commit in its `meta`), with
 their weights loaded strictly; then both heads on the model against transformers' Qwen3-VL: `pi` block i reads
-backbone layer i of the same prefill, `oft` equals the regressor over transformers' final normed hidden state at
+backbone layer i of the same prefill, `oft` equals the regressor over transformers' `hidden_states[-1]` (the last layer, un-normed in 4.57) at
 query tokens appended to the prompt, and its queries leave the prefix KV bit-identical."""
 from __future__ import annotations
 
@@ -76,6 +76,8 @@ def hf_model():
     from transformers import Qwen3VLForConditionalGeneration
 
     model = build_starvla("starvla-tiny", seed=3, heads=["pi", "oft"])
+    with torch.no_grad():  # a final norm of ones would be undone by the regressor's own LayerNorm: give it a shape
+        model.vlm.model.language_model.norm.weight.copy_(torch.linspace(0.2, 2.0, model.config.backbone_width))
     cfg = model.config.qwen3vl_config()
     cfg._attn_implementation = "eager"
     hf = Qwen3VLForConditionalGeneration(cfg).eval()
@@ -121,8 +123,8 @@ def test_oft_queries_continue_the_prompt_and_leave_the_prefix_intact(hf_model):
     queries = model.heads["oft"].query_tokens(1, h, "cpu")
     with torch.no_grad():
         out = hf(input_ids=torch.cat([inputs.input_ids, queries], 1), output_hidden_states=True)
-        normed = hf.model.language_model.norm(out.hidden_states[-1][:, -h:])  # the last layer, normed
-    want = model.heads["oft"].regress(normed)
+        last = out.hidden_states[-1][:, -h:]  # what StarVLA's QwenOFT reads: the last layer, un-normed in 4.57
+    want = model.heads["oft"].regress(last)
     assert rel(got, want) <= MODEL_TOL, rel(got, want)
     assert rel(static, want) <= MODEL_TOL
     with pytest.raises(ValueError, match="head 'oft' regresses its chunk in one pass"):

@@ -186,10 +186,12 @@ class Qwen3VLBackbone(nn.Module):
         read_len: int | None = None,
         *,
         adapters: torch.Tensor | None = None,
+        normed: bool = True,
     ) -> torch.Tensor:
         """Append text `tokens [B, T]` causally: token t of row b goes to cache index `start[b] + t` with M-RoPE
         position `positions[b] + t` on all three axes (None: = start, right only for text-only rows). Row b attends
-        to its cache indices [0, start[b] + t]. Returns final-normed hidden `[B, T, W]`. `read_len`: attend over
+        to its cache indices [0, start[b] + t]. Returns final-normed hidden `[B, T, W]` (`normed=False`: the last
+        layer's output before the final norm, `hidden_states[-1]` of transformers 4.57). `read_len`: attend over
         exactly that many cache positions under the mask (shape-static, no host reads: for graph capture).
         `adapters [B]`: each row's LoRA adapter slot (0 = base; None: none anywhere; model/lora_bank.py)."""
         b, t = tokens.shape
@@ -203,7 +205,8 @@ class Qwen3VLBackbone(nn.Module):
         rows = torch.arange(b, device=tokens.device)[:, None]
         x = self.model.language_model.embed_tokens(tokens)
         with adapter_routing(self, adapters):
-            return self.model.language_model.run(x, cos, sin, cache.k, cache.v, (rows, index), read_len, mask)
+            return self.model.language_model.run(x, cos, sin, cache.k, cache.v, (rows, index), read_len, mask,
+                                                 final_norm=normed)
 
     @torch.inference_mode()
     def decode_step(

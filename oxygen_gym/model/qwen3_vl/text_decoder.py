@@ -114,8 +114,10 @@ class Qwen3VLTextDecoder(nn.Module):
         visual_mask: torch.Tensor | None = None,
         deepstack: list[torch.Tensor] | None = None,
         record: list[torch.Tensor] | None = None,
+        final_norm: bool = True,
     ) -> torch.Tensor:
-        """All layers over `x [B, T, W]` with the cache `k, v [layers, B, K, C, D]`; returns the final-normed hidden.
+        """All layers over `x [B, T, W]` with the cache `k, v [layers, B, K, C, D]`; returns the final-normed hidden
+        (`final_norm=False`: the last layer's output as is, what `hidden_states[-1]` holds).
 
         `deepstack[i]` (rows in row-major order of `visual_mask [B, T]`) is added to layer i's output at the image
         tokens. `record` collects what transformers' `output_hidden_states` returns from
@@ -130,4 +132,4 @@ class Qwen3VLTextDecoder(nn.Module):
                 x[visual_mask] = x[visual_mask] + deepstack[i].to(x.dtype)
             if record is not None:
                 record.append(x)
-        return self.norm(x)
+        return self.norm(x) if final_norm else x

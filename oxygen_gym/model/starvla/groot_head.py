@@ -55,10 +55,10 @@ class GR00THead(nn.Module):
             return hidden
         return self.vl_self_attention(self.vlln(hidden), mask)
 
-    def taps(self, normed_hidden: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        """`normed_hidden [B, T, W]`: the backbone's final normed hidden state. Returns the cross blocks' keys and
-        values `[B, cross blocks, heads, T, head_dim]`."""
-        feats = self.backbone_features(normed_hidden, mask)
+    def taps(self, hidden: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """`hidden [B, T, W]`: the backbone's last layer output (before the final norm, as StarVLA reads it:
+        starvla_model.py). Returns the cross blocks' keys and values `[B, cross blocks, heads, T, head_dim]`."""
+        feats = self.backbone_features(hidden, mask)
         kv = self.model.context_kv([feats] * len(self.model.cross_blocks))
         return {"groot_k": torch.stack([k for k, _ in kv], 1), "groot_v": torch.stack([v for _, v in kv], 1)}
 

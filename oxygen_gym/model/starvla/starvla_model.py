@@ -3,8 +3,14 @@ writes the slot KV and, from the same pass, the hidden-state taps its heads read
 three action heads that consume it in three ways (starvla_config.py):
 
 - `pi`: every layer's hidden state, projected per layer; the projected K/V are computed in the prefill, once;
-- `groot`: the final normed hidden state, through its own features layers; its K/V computed in the prefill, once;
-- `oft`: query tokens continuing the prefix through the backbone (its `extend`, writing past the prefix only).
+- `groot`: the last layer's hidden state, through its own features layers; its K/V computed in the prefill, once;
+- `oft`: query tokens continuing the prefix through the backbone (its `extend`, writing past the prefix only),
+  regressed from the last layer's hidden state at the queries.
+
+"The last layer's hidden state" is what StarVLA's QwenGR00T / QwenOFT read, `outputs.hidden_states[-1]` of
+`Qwen3VLForConditionalGeneration` (starVLA/model/framework/VLM4A/QwenGR00T.py, QwenOFT.py), which under the
+transformers it pins (requirements.txt: 4.57.0) is the last decoder layer's output *before* the final RMSNorm
+(tests/test_qwen3_vl_parity.py checks this on 4.57.x): real checkpoints were trained on the un-normed state.
 
 Taps are padded to `max_prefix_length()` positions so the static (graph) form has fixed shapes; the eager form reads
 only up to the batch's longest prefix. Language decoding continues the prefix through `extend` / `decode_step`.
@@ -93,8 +99,9 @@ class StarVLAModel(nn.Module, EngineModel):
     def prefill_frame(self, cache: KVCache, inputs: XR0PrefixInputs) -> PrefixState:
         """The backbone over the prefix (KV into `cache` rows [0, B)) and, from the same pass, each head's taps."""
         pi = "pi" in self.heads
+        layers = pi or "groot" in self.heads  # groot reads the last layer's output before the final norm
         pre = self.vlm.prefill(cache, inputs.input_ids, inputs.pixel_values, inputs.image_grid_thw, inputs.lengths,
-                               output_hidden_states=pi)
+                               output_hidden_states=layers)
         width = self.max_prefix_length()
         t = pre.hidden.shape[1]
         if t > width:
@@ -105,7 +112,7 @@ class StarVLAModel(nn.Module, EngineModel):
             if pi:
                 extras.update(self.heads["pi"].taps(pre.hidden_states[1:]))
             if "groot" in self.heads:
-                extras.update(self.heads["groot"].taps(pre.hidden, mask))
+                extras.update(self.heads["groot"].taps(pre.hidden_states[-1], mask))
                 extras["state"] = self._groot_state(inputs.state)
             extras = {k: _pad_positions(v, width) if k != "state" else v for k, v in extras.items()}
         return PrefixState(pre.lengths, pre.next_positions, extras)
@@ -142,7 +149,7 @@ class StarVLAModel(nn.Module, EngineModel):
         b = state.lengths.shape[0]
         tokens = oft.query_tokens(b, horizon, self.device)
         hidden = self.vlm.extend(cache.rows(0, b), tokens, state.lengths,
-                                 state.next_positions, read_len=cache.capacity if static else None)
+                                 state.next_positions, read_len=cache.capacity if static else None, normed=False)
         with torch.inference_mode():
             return oft.regress(hidden)
 
