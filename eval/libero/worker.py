@@ -95,7 +95,8 @@ class EpisodeWorker:
                 limit = min(limit, self.config.max_steps)
             self.env = gym.make("oxygen_gym/LIBERO-v0", suite=spec.suite, task_id=spec.task_id,
                                 protocol=self.config.protocol, max_steps=limit,
-                                fast_render=self.config.fast_render, fast_reset=self.config.fast_reset, label_subtasks=True)
+                                fast_render=self.config.fast_render, fast_reset=self.config.fast_reset, label_subtasks=True,
+                                render_on_request=True)  # only the frames the policy and the video use
             self._env_key = key
         return self.env
 
@@ -171,6 +172,8 @@ class EpisodeWorker:
             "frame_ms": lat,
             "stage_ms": r["stage_ms"],
             "env_ms_mean": r["env_ms_mean"],
+            "time_s": r["time_s"],  # run_episode's split of the episode's wall time
+            "frames_rendered": r["frames_rendered"],
             "narration": r["narration"],
             "subtask_labels": r["subtask_labels"],
             "narration_accuracy": narration_accuracy(r["narration"], r["subtask_labels"]),
