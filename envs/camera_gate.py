@@ -1,10 +1,12 @@
 """CameraGate: render a robosuite env's cameras only for the steps whose observation someone will use.
 
 robosuite samples a camera observable inside `step()`, at the first physics substep of each sampling period
-(`robosuite/utils/observables.py`, `Observable.update`), so an image cannot be rendered after the step and match the
-one the step would have made. The gate therefore keeps the camera observables enabled (their sampling clocks run
-exactly as before) and swaps only what their sensor does: open, the real sensor renders; closed, it returns a
-read-only black placeholder of the same shape. Every rendered image is the one an always-rendering env gives.
+(`robosuite/utils/observables.py`, `Observable.update`), and a second render of a camera in the same state need not
+give the same bytes as the first (measured on LIBERO's wrist camera: most pixel values differ). So the gate leaves
+the sampling to robosuite: the camera observables stay enabled (their sampling clocks run exactly as before) and only
+what their sensor does changes: open, the real sensor renders; closed, it returns a black placeholder of the same
+shape. Each camera renders at most once per step, at the moment it always did, so every rendered image is the one an
+always-rendering env gives.
 """
 from __future__ import annotations
 
