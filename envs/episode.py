@@ -40,6 +40,7 @@ class EpisodeResult:
     # wrappers, labels, video encoding); render is 0 and inside physics for envs that do not count it
     time_s: dict[str, float] = field(default_factory=dict)
     frames_rendered: int | None = None  # camera images rendered during steps (None: the env does not count them)
+    cpu_s: float = 0.0  # this process's CPU seconds over the episode: wall_s / cpu_s well above 1 means a shared CPU
     info: dict = field(default_factory=dict)  # the env's last info
     # per policy call, the env's info["subtask"] for the observation the call saw (envs that label subtasks)
     subtask_labels: list = field(default_factory=list)
@@ -128,7 +129,7 @@ def run_episode(
     if reset_policy and hasattr(policy, "reset"):
         policy.reset()
     gate = getattr(env.unwrapped, "camera_gate", None)  # LIBERO counts its render seconds (camera_gate.py)
-    t_start = time.perf_counter()
+    t_start, cpu_start = time.perf_counter(), time.process_time()
     calls: list[PolicyCall] = []
     walls_ms: list[float] = []
     labels: list = []
@@ -170,7 +171,7 @@ def run_episode(
         if video_path is None and video is not None:
             video_path = video.last_path
 
-    wall_s = time.perf_counter() - t_start
+    wall_s, cpu_s = time.perf_counter() - t_start, time.process_time() - cpu_start
     policy_s = sum(c.latency_ms for c in calls) / 1e3
     tokens = sum(c.tokens for c in calls)
     stage_keys = sorted({k for c in calls for k in c.stage_ms})
@@ -200,6 +201,7 @@ def run_episode(
         wall_s=wall_s,
         time_s={k: round(v, 4) for k, v in split.items()},
         frames_rendered=gate.frames - frames0 if gate is not None else None,
+        cpu_s=cpu_s,
         info=final_info,
         subtask_labels=labels if any(x is not None for x in labels) else [],
     )

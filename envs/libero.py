@@ -250,7 +250,7 @@ class LiberoEnv(gym.Env):
         return obs, self._info(bool(self._sim.check_success()))
 
     def step(self, action):
-        if self._sim is None or self._init_index is None:
+        if self._sim is None or (self._init_index is None and self._scene_seed is None):
             raise RuntimeError("LIBERO-v0: call reset() before step()")
         if self._over:
             raise RuntimeError("LIBERO-v0: the episode is over (terminated or truncated); call reset()")
@@ -280,7 +280,7 @@ class LiberoEnv(gym.Env):
         if self._sim is not None:
             self._sim.close()
             self._sim = None
-        self._init_index = None
+        self._init_index = self._scene_seed = None
 
     # ---- conversions --------------------------------------------------------------------------------------------
     def _observation(self, raw: dict, rendered: bool) -> dict:

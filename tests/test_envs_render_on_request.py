@@ -146,6 +146,8 @@ def test_fresh_scenes_follow_their_seed_and_are_no_official_init_state(lazy):
     obs, info = lazy.reset(seed=7, options={"scene_seed": 101})
     first, first_image = _drawn(lazy), obs["images"]["base"].copy()
     assert info["init_state"] is None and info["scene_seed"] == 101 and info["episode_id"].endswith("scene101")
+    _, _, _, _, info = lazy.step(ACTIONS[0])  # a fresh scene is an episode like any other
+    assert info["step"] == 1 and info["scene_seed"] == 101
     lazy.reset(seed=7, options={"scene_seed": 102})
     other = _drawn(lazy)
     obs, _ = lazy.reset(seed=7, options={"scene_seed": 101})  # after another scene: the same scene again

@@ -174,6 +174,7 @@ class EpisodeWorker:
             "env_ms_mean": r["env_ms_mean"],
             "time_s": r["time_s"],  # run_episode's split of the episode's wall time
             "frames_rendered": r["frames_rendered"],
+            "cpu_s": r["cpu_s"],
             "narration": r["narration"],
             "subtask_labels": r["subtask_labels"],
             "narration_accuracy": narration_accuracy(r["narration"], r["subtask_labels"]),
