@@ -11,7 +11,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .video import VideoRecorder
-from .wrappers import ActionChunkPlayer, NarrationRecorder, PolicyCall, StepTimer, notify_policy_call
+from .wrappers import ActionChunkPlayer, NarrationRecorder, PolicyCall, StepTimer, check_rendered, notify_policy_call
 
 
 @dataclass
@@ -35,6 +35,12 @@ class EpisodeResult:
     stage_ms: dict[str, float] = field(default_factory=dict)  # mean per call, per stage
     env_ms_mean: float = 0.0  # mean wall time of one env step
     wall_s: float = 0.0
+    # where wall_s went, in seconds: reset (rebuild, settle steps and their render), physics (env steps less their
+    # camera rendering), render (camera rendering during steps), policy (wall time of act()), other (the rest:
+    # wrappers, labels, video encoding); render is 0 and inside physics for envs that do not count it
+    time_s: dict[str, float] = field(default_factory=dict)
+    frames_rendered: int | None = None  # camera images rendered during steps (None: the env does not count them)
+    cpu_s: float = 0.0  # this process's CPU seconds over the episode: wall_s / cpu_s well above 1 means a shared CPU
     info: dict = field(default_factory=dict)  # the env's last info
     # per policy call, the env's info["subtask"] for the observation the call saw (envs that label subtasks)
     subtask_labels: list = field(default_factory=list)
@@ -124,18 +130,26 @@ def run_episode(
 
     if reset_policy and hasattr(policy, "reset"):
         policy.reset()
-    t_start = time.perf_counter()
+    gate = getattr(env.unwrapped, "camera_gate", None)  # LIBERO counts its render seconds (camera_gate.py)
+    t_start, cpu_start = time.perf_counter(), time.process_time()
     calls: list[PolicyCall] = []
+    walls_ms: list[float] = []
     labels: list = []
     steps, terminated, truncated, info = 0, False, False, {}
+    reset_s, render0, frames0 = 0.0, 0.0, 0
     bar = tqdm(total=limit, disable=not progress, unit="step", desc=str(getattr(env.unwrapped, "language", "")))
     try:
         obs, info = player.reset(seed=seed, options=options or None)
+        reset_s = time.perf_counter() - t_start
+        if gate is not None:
+            render0, frames0 = gate.render_s, gate.frames
         while max_steps is None or steps < max_steps:
             labels.append(info.get("subtask"))
+            check_rendered(info, "the policy")
             t0 = time.perf_counter()
             actions, updates = policy.act(obs)
             wall_ms = (time.perf_counter() - t0) * 1e3
+            walls_ms.append(wall_ms)
             actions = np.asarray(actions)
             if actions.ndim != 2 or actions.shape[1] != action_dim:
                 raise ValueError(
@@ -159,10 +173,15 @@ def run_episode(
         if video_path is None and video is not None:
             video_path = video.last_path
 
+    wall_s, cpu_s = time.perf_counter() - t_start, time.process_time() - cpu_start
     policy_s = sum(c.latency_ms for c in calls) / 1e3
     tokens = sum(c.tokens for c in calls)
     stage_keys = sorted({k for c in calls for k in c.stage_ms})
     env_ms = [r["env_ms"] for r in timer.records]
+    render_s = gate.render_s - render0 if gate is not None else 0.0
+    split = {"reset": reset_s, "physics": sum(env_ms) / 1e3 - render_s, "render": render_s,
+             "policy": sum(walls_ms) / 1e3}
+    split["other"] = wall_s - sum(split.values())
     final_info = {k: v for k, v in info.items() if k not in ("timing", "narration")}
     return EpisodeResult(
         success=bool(info.get("is_success", False)),
@@ -181,7 +200,10 @@ def run_episode(
         tokens_per_s=tokens / policy_s if policy_s > 0 else 0.0,
         stage_ms={k: float(np.mean([c.stage_ms.get(k, 0.0) for c in calls])) for k in stage_keys},
         env_ms_mean=float(np.mean(env_ms)) if env_ms else 0.0,
-        wall_s=time.perf_counter() - t_start,
+        wall_s=wall_s,
+        time_s={k: round(v, 4) for k, v in split.items()},
+        frames_rendered=gate.frames - frames0 if gate is not None else None,
+        cpu_s=cpu_s,
         info=final_info,
         subtask_labels=labels if any(x is not None for x in labels) else [],
     )

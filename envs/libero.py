@@ -7,6 +7,7 @@ import io
 import os
 from typing import Any
 
+from .camera_gate import CameraGate
 from .rendering import disable_robosuite_antialiasing, make_robosuite_context_current, use_headless_gl
 
 use_headless_gl()
@@ -42,7 +43,12 @@ def load_suite(suite: str):
 class LiberoEnv(gym.Env):
     """One LIBERO task. `reset(seed, options={"init_state": i})` restores the suite's i-th init state (default: the
     episode index since the last seeded reset), re-seeds the scene sampler so fixture poses are reproducible, and runs
-    the protocol's wait steps. Steps take one 7-d OSC_POSE delta action (gripper -1 open, +1 closed)."""
+    the protocol's wait steps; `options={"scene_seed": s}` instead draws a fresh scene from LIBERO's own placement
+    distribution (no official init state). Steps take one 7-d OSC_POSE delta action (gripper -1 open, +1 closed).
+
+    With `render_on_request=True` a step renders its cameras only when `request_render()` was called since the
+    previous step (reset always renders); other steps' images are black placeholders and `info["rendered"]` is
+    False. The images a rendered step returns are byte-identical to an always-rendering env's (camera_gate.py)."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 20}
     robot = "libero"
@@ -62,6 +68,7 @@ class LiberoEnv(gym.Env):
         render_mode: str | None = None,
         fast_reset: bool = False,
         label_subtasks: bool = False,
+        render_on_request: bool = False,
     ) -> None:
         self.protocol = get_libero_protocol(protocol)
         bench = load_suite(suite)
@@ -89,6 +96,9 @@ class LiberoEnv(gym.Env):
         # scoring narration; None for tasks that are not a single pick-and-place goal.
         self.label_subtasks = bool(label_subtasks)
         self._labeller = None
+        self.render_on_request = bool(render_on_request)
+        self._render_next = False
+        self.camera_gate = CameraGate()  # counts render seconds in either mode (the episode's time split)
 
         self.observation_space = policy_observation_space(self.cameras, self.camera_size, self.state_dim)
         self.action_space = spaces.Box(-1.0, 1.0, shape=(self.action_dim,), dtype=np.float32)
@@ -99,6 +109,8 @@ class LiberoEnv(gym.Env):
         self._counter = EpisodeCounter(self.num_init_states)
         self._counter.base_seed = self._base_seed
         self._init_index: int | None = None
+        self._scene_seed: int | None = None
+        self.start_qpos: np.ndarray | None = None  # qpos right after the last reset drew or restored its scene
         self._stream: tuple[int, int, object] | None = None  # openpi seeding: (seed, resets done, numpy RNG state)
         self._steps = 0
         self._over = True
@@ -108,6 +120,17 @@ class LiberoEnv(gym.Env):
     @property
     def num_init_states(self) -> int:
         return len(self._init_states)
+
+    def request_render(self) -> None:
+        """Render the cameras at the next `step()` (one step; a no-op unless `render_on_request`). Wrappers that use
+        a step's observation (the action-chunk player for its last step, a video for every step, a live clock for the
+        step it samples) call it before that step."""
+        self._render_next = True
+
+    @property
+    def init_states(self) -> np.ndarray:
+        """The task's official init states (flattened MuJoCo states), the ones `options={"init_state": i}` restores."""
+        return np.asarray(self._init_states)
 
     @property
     def libero_env(self):
@@ -134,9 +157,10 @@ class LiberoEnv(gym.Env):
         for name in _CAMERAS.values():
             self._sim.env.modify_observable(name, "enabled", enabled)
 
-    def _restart(self, index: int) -> dict:
-        """Reset the sim to init state `index`, then the protocol's wait steps; cameras render only for the last one,
-        at the moment they would have anyway, so the first image matches the references'."""
+    def _restart(self, index: int | None, scene_seed: int | None = None) -> dict:
+        """Reset the sim to init state `index` (or to a fresh scene drawn with `scene_seed`), then the protocol's wait
+        steps; cameras render only for the last one, at the moment they would have anyway, so the first image matches
+        the references'."""
         sim = self._sim
         wait = self.protocol.wait_steps
         make_robosuite_context_current(sim.sim)
@@ -145,10 +169,22 @@ class LiberoEnv(gym.Env):
             self._set_cameras(False)
             for robot in sim.robots:  # gripper command state outlives a soft reset; a fresh build starts at zero
                 robot.gripper.current_action = np.zeros(robot.gripper.dof)
-            self._seeded_reset(index)
+            if scene_seed is None:
+                self._seeded_reset(index)
+            else:
+                # LIBERO's _reset_internal (bddl_base_domain.py) draws every object's pose from the task's placement
+                # initializer with numpy's global RNG, which env.seed sets; no init state is restored afterwards
+                sim.seed(scene_seed)
+                raw = sim.reset()
+            self.camera_gate.install(sim.env, tuple(_CAMERAS.values()), (*self.camera_size, 3))
+            self.camera_gate.is_open = True
             if wait == 0:
                 self._set_cameras(True)
-            raw = sim.set_init_state(self._init_states[index])
+            if scene_seed is None:
+                raw = sim.set_init_state(self._init_states[index])
+            elif wait == 0:
+                raw = sim.env._get_observations(force_update=True)
+            self.start_qpos = np.array(sim.sim.data.qpos)  # the scene as drawn or restored, before settling
             for i in range(wait):
                 if i == wait - 1:
                     self._set_cameras(True)
@@ -191,29 +227,47 @@ class LiberoEnv(gym.Env):
     # ---- Gymnasium API ------------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        index = self._counter.next(seed, options)
+        options = dict(options or {})
+        scene_seed = options.pop("scene_seed", None)
+        if scene_seed is not None:
+            if isinstance(scene_seed, bool) or not isinstance(scene_seed, (int, np.integer)) or not (
+                    0 <= scene_seed < 2**32):
+                raise ValueError(f"options['scene_seed'] must be an int in [0, 2**32), got {scene_seed!r}")
+            if "init_state" in options:
+                raise ValueError("reset options: give 'init_state' (an official scene) or 'scene_seed' (a fresh one), "
+                                 "not both")
+            if seed is not None:  # a seeded reset restarts the official episode count, as it does without scene_seed
+                self._counter.base_seed, self._counter.count = int(seed), 0
+            index, scene_seed = None, int(scene_seed)
+        else:
+            index = self._counter.next(seed, options)
         self._base_seed = self._counter.base_seed
         self._ensure_sim()
-        raw = self._restart(index)
-        self._init_index, self._steps, self._over = index, 0, False
+        raw = self._restart(index, scene_seed)
+        self._init_index, self._scene_seed, self._steps, self._over = index, scene_seed, 0, False
+        self._render_next = False
         self._labeller = self._make_labeller() if self.label_subtasks else None
-        obs = self._observation(raw)
+        obs = self._observation(raw, rendered=True)
         return obs, self._info(bool(self._sim.check_success()))
 
     def step(self, action):
-        if self._sim is None or self._init_index is None:
+        if self._sim is None or (self._init_index is None and self._scene_seed is None):
             raise RuntimeError("LIBERO-v0: call reset() before step()")
         if self._over:
             raise RuntimeError("LIBERO-v0: the episode is over (terminated or truncated); call reset()")
         arr = check_action(action, self.action_dim)
         make_robosuite_context_current(self._sim.sim)
+        rendered = self._render_next or not self.render_on_request
+        self._render_next = False
+        self.camera_gate.is_open = rendered
         raw, reward, _, _ = self._sim.step(arr)
         self._steps += 1
         success = bool(self._sim.check_success())  # what LIBERO's own `done` reports
         terminated = success
         truncated = not terminated and self._steps >= self.max_steps
         self._over = terminated or truncated
-        return self._observation(raw), float(reward), terminated, truncated, self._info(success)
+        obs = self._observation(raw, rendered)
+        return obs, float(reward), terminated, truncated, self._info(success)
 
     def hold_action(self, last_action: np.ndarray | None) -> np.ndarray:
         """A step without a new command (LiveClock): OSC deltas of zero hold the pose; the gripper keeps its last
@@ -226,20 +280,23 @@ class LiberoEnv(gym.Env):
     def render(self):
         if self.render_mode != "rgb_array" or self._last_obs is None:
             return None
+        if not self._last_obs["rendered"]:
+            raise RuntimeError("LIBERO-v0: this step's cameras were not rendered (render_on_request=True); call "
+                               "env.unwrapped.request_render() before step(), or make the env without render_on_request")
         return np.concatenate([self._last_obs["images"][c] for c in self.cameras], axis=1)
 
     def close(self) -> None:
         if self._sim is not None:
             self._sim.close()
             self._sim = None
-        self._init_index = None
+        self._init_index = self._scene_seed = None
 
     # ---- conversions --------------------------------------------------------------------------------------------
-    def _observation(self, raw: dict) -> dict:
+    def _observation(self, raw: dict, rendered: bool) -> dict:
         from robosuite.utils.transform_utils import quat2axisangle
 
-        images = {}
-        for name, key in _CAMERAS.items():
+        images = {name: np.zeros((*self.camera_size, 3), np.uint8) for name in _CAMERAS}  # fresh arrays per step
+        for name, key in _CAMERAS.items() if rendered else ():
             img = raw[key]
             # Stored upside down (OpenGL); openpi and lerobot both rotate by 180 degrees.
             img = img[::-1, ::-1] if self._flip_vertical else img[:, ::-1]
@@ -248,7 +305,7 @@ class LiberoEnv(gym.Env):
             [raw["robot0_eef_pos"], quat2axisangle(np.array(raw["robot0_eef_quat"], dtype=np.float64)),
              raw["robot0_gripper_qpos"]]
         ).astype(np.float32)
-        self._last_obs = {"images": images}
+        self._last_obs = {"images": images, "rendered": rendered}
         self._last_state = state
         return {"images": images, "state": state, "prompt": self.language}
 
@@ -271,9 +328,12 @@ class LiberoEnv(gym.Env):
             "task_id": self.task_id,
             "task_name": self.task_name,
             "init_state": self._init_index,
+            "scene_seed": self._scene_seed,
             "seed": self._base_seed,
+            "rendered": self._last_obs["rendered"],
             "step": self._steps,
             "protocol": self.protocol.name,
             "reset": "fast" if self.fast_reset else "hard",
-            "episode_id": f"{self.suite}/task{self.task_id}/seed{self._base_seed}/ep{self._init_index}",
+            "episode_id": f"{self.suite}/task{self.task_id}/seed{self._base_seed}/"
+                          + (f"ep{self._init_index}" if self._scene_seed is None else f"scene{self._scene_seed}"),
         }

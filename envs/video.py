@@ -14,6 +14,8 @@ import gymnasium as gym
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from .wrappers import check_rendered, request_render
+
 PANEL_BG = (20, 20, 20)
 TEXT_RGB = (235, 235, 235)
 OK_RGB = (90, 220, 110)
@@ -134,6 +136,8 @@ class VideoRecorder(gym.Wrapper):
         return obs, info
 
     def step(self, action):
+        if self._writer is not None:
+            request_render(self.env)  # every frame of the video is a consumed observation
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._step += 1
         self._success = bool(info.get("is_success", False))
@@ -174,5 +178,6 @@ class VideoRecorder(gym.Wrapper):
         self.frames_written = 0
 
     def _write(self, obs: dict, info: dict) -> None:
+        check_rendered(info, "VideoRecorder")
         self._writer.append_data(self._annotator.compose(obs["images"], self._step, info))
         self.frames_written += 1

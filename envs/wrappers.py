@@ -43,9 +43,27 @@ def notify_policy_call(env: gym.Env, call: PolicyCall) -> None:
         node = node.env
 
 
+def request_render(env: gym.Env) -> None:
+    """Ask `env` to render its cameras at its next step, for envs that render on request (LIBERO's
+    `render_on_request`); others render every step anyway."""
+    request = getattr(env.unwrapped, "request_render", None)
+    if request is not None:
+        request()
+
+
+def check_rendered(info: dict, consumer: str) -> None:
+    """Raise when `consumer` is about to use an observation whose cameras were not rendered (info["rendered"])."""
+    if info.get("rendered") is False:
+        raise RuntimeError(
+            f"{consumer} got the observation of step {info.get('step')}, whose cameras were not rendered: the env "
+            "renders on request, and nothing called request_render() before that step")
+
+
 class ActionChunkPlayer(gym.Wrapper):
     """`step(chunk)` executes the first `replan` actions of a (horizon, action_dim) chunk, stopping early when the
-    episode ends, and returns the last transition with the summed reward; `info["chunk_steps"]` says how many ran."""
+    episode ends, and returns the last transition with the summed reward; `info["chunk_steps"]` says how many ran.
+    Only the last step's observation is returned, so only that step is asked to render (`request_render`); an episode
+    that ends earlier in the chunk returns an observation rendered only if another wrapper asked for it."""
 
     def __init__(self, env: gym.Env, replan: int) -> None:
         super().__init__(env)
@@ -67,7 +85,10 @@ class ActionChunkPlayer(gym.Wrapper):
         if chunk.ndim != 2 or chunk.shape[0] < 1 or chunk.shape[1] != self._action_dim:
             raise ValueError(f"action chunk must have shape (horizon >= 1, {self._action_dim}), got {chunk.shape}")
         total = 0.0
-        for i, action in enumerate(chunk[: self.replan]):
+        actions = chunk[: self.replan]
+        for i, action in enumerate(actions):
+            if i == len(actions) - 1:
+                request_render(self.env)
             obs, reward, terminated, truncated, info = self.env.step(action)
             total += float(reward)
             if terminated or truncated:

@@ -143,6 +143,7 @@ def render_report(record: dict, cfg: EvalConfig, builtin: bool) -> str:
         f"| frame latency p50 / p99 | {fmt(fm and fm['p50'])} / {fmt(fm and fm['p99'])} ms |",
         f"| env step (sim + rendering) | {fmt(record['env_ms_mean'])} ms |",
         f"| episode wall time | {fmt(record['wall_s'])} s |",
+        "| of which | " + ", ".join(f"{k} {v:.1f} s" for k, v in (record.get("time_s") or {}).items()) + " |",
         "",
         "Per-stage ms per frame (mean): " + ", ".join(f"{k} {v:.1f}" for k, v in record["stage_ms"].items()) + ".",
         "",

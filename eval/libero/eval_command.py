@@ -75,6 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "not bit-identical, so results are recorded as fast-reset ones")
     g.add_argument("--fast-render", action="store_true",
                    help="render without antialiasing (~2x faster on CPU; images differ slightly from the references)")
+    g.add_argument("--render-every-step", action="store_true",
+                   help="render the cameras at every control step, not only the steps the policy or the video use "
+                        "(the same images, slower; for timing comparisons)")
     g.add_argument("--video", default="none", help="all, failures, none, or N = first N episodes of each task")
     g.add_argument("--out", default=None,
                    help="results folder; rerunning with the same one resumes (default runs/eval)")
@@ -124,8 +127,9 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         max_steps=args.max_steps, fast_render=args.fast_render, dtype=args.dtype, suites=parse_suites(args.suite),
         tasks=parse_tasks(args.tasks),
         episodes=episodes, init_states=parse_init_states(args.init_states), seeds=seeds, shard=parse_shard(args.shard), device=args.device,
-        video=parse_video(args.video), out=str(args.out or "runs/eval"), fast_reset=args.fast_reset,
-        live=args.live, execution=args.execution, handover=args.handover, queue_threshold=args.queue_threshold,
+        video=parse_video(args.video), render_every_step=args.render_every_step, out=str(args.out or "runs/eval"),
+        fast_reset=args.fast_reset, live=args.live, execution=args.execution, handover=args.handover,
+        queue_threshold=args.queue_threshold,
         **ConventionOverrides.from_args(args).as_kwargs(CONVENTION_FIELDS),
     )
 

@@ -68,6 +68,8 @@ class EvalConfig:
     # how it is executed
     device: str = "cpu"
     video: str = "none"  # all | failures | none | N (first N episodes of each task)
+    # render both cameras at every control step, as before render_on_request (same images, slower: for timing)
+    render_every_step: bool = False
     out: str = "runs/eval"
 
     def __post_init__(self) -> None:

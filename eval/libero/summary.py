@@ -55,7 +55,17 @@ def _speed(ok: list[dict]) -> dict:
         "frame_ms": percentiles(frame_ms, qs=(50, 90, 99)),
         "stage_ms": {k: sum(v) / len(v) for k, v in sorted(stages.items())},
         "episode_wall_s": percentiles([r.get("wall_s") for r in ok]),
+        "time_s": _time_split(ok),
     }
+
+
+def _time_split(ok: list[dict]) -> dict:
+    """Mean seconds per episode in each part of run_episode's wall-time split (reset, physics, render, ...)."""
+    parts: dict[str, list[float]] = defaultdict(list)
+    for r in ok:
+        for name, s in (r.get("time_s") or {}).items():
+            parts[name].append(float(s))
+    return {k: sum(v) / len(v) for k, v in parts.items()}
 
 
 def _held_out_split(ok: list[dict]) -> dict | None:
@@ -207,6 +217,9 @@ def render_markdown(summary: dict) -> str:
     if fm:
         lines += ["", f"Frame latency: p50 {fm['p50']:.1f} ms, p90 {fm['p90']:.1f} ms, p99 {fm['p99']:.1f} ms "
                       f"over {fm['n']} frames."]
+    if sp.get("time_s"):
+        lines += ["", "Mean episode wall time by part: " + ", ".join(f"{k} {v:.1f} s" for k, v in sp["time_s"].items())
+                  + "."]
     if sp.get("stage_ms"):
         lines += ["", "Mean per-stage ms per frame: " + ", ".join(f"{k} {v:.1f}" for k, v in sp["stage_ms"].items())
                   + "."]

@@ -52,7 +52,7 @@ class EpisodeWorker:
         self.config = config
         self.policy = None
         self.env = None
-        self._env_key: tuple[str, int] | None = None
+        self._env_key: tuple[str, int, bool] | None = None
 
     # ---- resources --------------------------------------------------------------------------------------------
     def get_policy(self):
@@ -83,7 +83,7 @@ class EpisodeWorker:
         return int(self.policy.horizon) if protocol.replan_from_policy else protocol.replan
 
     def get_env(self, spec: EpisodeSpec):
-        key = (spec.suite, spec.task_id)
+        key = (spec.suite, spec.task_id, self.config.render_every_step)
         if self._env_key != key:
             self.close_env()
             import gymnasium as gym
@@ -95,7 +95,8 @@ class EpisodeWorker:
                 limit = min(limit, self.config.max_steps)
             self.env = gym.make("oxygen_gym/LIBERO-v0", suite=spec.suite, task_id=spec.task_id,
                                 protocol=self.config.protocol, max_steps=limit,
-                                fast_render=self.config.fast_render, fast_reset=self.config.fast_reset, label_subtasks=True)
+                                fast_render=self.config.fast_render, fast_reset=self.config.fast_reset, label_subtasks=True,
+                                render_on_request=not self.config.render_every_step)  # only the frames used
             self._env_key = key
         return self.env
 
@@ -179,6 +180,9 @@ class EpisodeWorker:
             "frame_ms": lat,
             "stage_ms": r["stage_ms"],
             "env_ms_mean": r["env_ms_mean"],
+            "time_s": r["time_s"],  # run_episode's split of the episode's wall time
+            "frames_rendered": r["frames_rendered"],
+            "cpu_s": r["cpu_s"],
             "narration": r["narration"],
             "subtask_labels": r["subtask_labels"],
             "narration_accuracy": narration_accuracy(r["narration"], r["subtask_labels"]),

@@ -28,7 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("benchmark", choices=["libero"], help="the simulator to collect in")
     parser.add_argument("--suite", default="libero_spatial")
     parser.add_argument("--tasks", default="0", help="task ids, e.g. 0 or 0-9")
-    parser.add_argument("--init-states", default="0-29", help="init state indices, e.g. 0-29")
+    parser.add_argument("--init-states", default=None, help="official init state indices, e.g. 0-29 (the default "
+                        "unless --fresh-scenes)")
+    parser.add_argument("--fresh-scenes", default=None,
+                        help="fresh scene indices, e.g. 0-199: scenes drawn from LIBERO's placement distribution, "
+                             "seeded per scene, so every official init state stays held out")
     parser.add_argument("--variants", type=int, default=2, help="episodes per init state: 1 clean + the rest with injected noise")
     parser.add_argument("--noise-std", type=float, default=0.3, help="injected position-action noise (action units, 1 = 5 cm)")
     parser.add_argument("--protocol", default="openpi", choices=["openpi", "lerobot"])
@@ -38,11 +42,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="folder for the HDF5 files, dataset.json and attempts.jsonl")
 
 
+def _init_states(args: argparse.Namespace) -> tuple[int, ...]:
+    if args.fresh_scenes and args.init_states:
+        raise ValueError("give --init-states or --fresh-scenes, not both")
+    if args.fresh_scenes:
+        return ()
+    return parse_range(args.init_states or "0-29", "--init-states")
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         cfg = CollectConfig(
             suite=args.suite, tasks=parse_range(args.tasks, "--tasks"),
-            init_states=parse_range(args.init_states, "--init-states"), variants=args.variants,
+            init_states=_init_states(args),
+            fresh_scenes=parse_range(args.fresh_scenes, "--fresh-scenes") if args.fresh_scenes else (),
+            variants=args.variants,
             noise_std=args.noise_std, protocol=args.protocol, camera_size=args.camera_size,
             fast_render=not args.no_fast_render, workers=args.workers,
         )

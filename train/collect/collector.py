@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from oxygen_gym.envs.libero_scenes import SAME_SCENE_M
+
 from .libero_hdf5 import POLICY_ORIENTATION, Demo, demo_names, write_demo
 
 ATTEMPTS = "attempts.jsonl"
@@ -23,21 +25,40 @@ MANIFEST = "dataset.json"
 
 @dataclass(frozen=True)
 class EpisodeKey:
-    """One demonstration: variant 0 is the clean expert; variant v > 0 injects action noise (DART) from a seed
-    derived from the key, and the stored `actions` stay the expert's clean commands."""
+    """One demonstration: on official init state `init_state`, or (`scene` set) on a fresh scene drawn from LIBERO's
+    placement distribution with a seed derived from (suite, task, scene). Variant 0 is the clean expert; variant
+    v > 0 injects action noise (DART) from a seed derived from the key, and the stored `actions` stay the expert's
+    clean commands. Every variant of a scene shares its scene."""
 
     suite: str
     task_id: int
-    init_state: int
+    init_state: int | None
     variant: int
+    scene: int | None = None
 
     @property
     def name(self) -> str:
-        return f"{self.suite}/task{self.task_id}/init{self.init_state}/v{self.variant}"
+        where = f"init{self.init_state}" if self.scene is None else f"scene{self.scene}"
+        return f"{self.suite}/task{self.task_id}/{where}/v{self.variant}"
+
+    @property
+    def index(self) -> int:
+        """The scene or init state index (the demo is `demo_{index * variants + variant}`)."""
+        return self.init_state if self.scene is None else self.scene
 
     def noise_seed(self) -> int:
-        return int(np.random.SeedSequence([zlib.crc32(self.suite.encode()), self.task_id, self.init_state,
-                                           self.variant]).generate_state(1)[0])
+        if self.scene is None:
+            parts = [zlib.crc32(self.suite.encode()), self.task_id, self.init_state, self.variant]
+        else:
+            parts = [zlib.crc32(b"fresh"), zlib.crc32(self.suite.encode()), self.task_id, self.scene, self.variant]
+        return int(np.random.SeedSequence(parts).generate_state(1)[0])
+
+    def scene_seed(self) -> int | None:
+        """numpy seed of LIBERO's placement sampler for a fresh scene (None on an official init state)."""
+        if self.scene is None:
+            return None
+        parts = [zlib.crc32(b"fresh-scene"), zlib.crc32(self.suite.encode()), self.task_id, self.scene]
+        return int(np.random.SeedSequence(parts).generate_state(1)[0])
 
 
 @dataclass(frozen=True)
@@ -45,6 +66,9 @@ class CollectConfig:
     suite: str = "libero_spatial"
     tasks: tuple[int, ...] = (0,)
     init_states: tuple[int, ...] = tuple(range(30))
+    # fresh scene indices; when given, episodes run on scenes drawn from LIBERO's placement distribution instead of
+    # official init states (all 50 of which stay held out), and init_states must be empty
+    fresh_scenes: tuple[int, ...] = ()
     variants: int = 2  # episodes per init state: 1 clean + (variants - 1) with injected noise
     noise_std: float = 0.3  # std of the injected noise on the 3 position actions (action units; 1 = 5 cm)
     protocol: str = "openpi"
@@ -54,12 +78,20 @@ class CollectConfig:
     max_steps: int | None = None  # None = the protocol's limit for the suite
     workers: int = 2
 
+    def __post_init__(self) -> None:
+        if self.fresh_scenes and self.init_states:
+            raise ValueError("collect from official init states or from fresh scenes, not both "
+                             f"(init_states={list(self.init_states)}, fresh_scenes={list(self.fresh_scenes)})")
+
     def episodes(self) -> list[EpisodeKey]:
+        if self.fresh_scenes:
+            return [EpisodeKey(self.suite, t, None, v, scene=k) for t in self.tasks for k in self.fresh_scenes
+                    for v in range(self.variants)]
         return [EpisodeKey(self.suite, t, i, v) for t in self.tasks for i in self.init_states for v in range(self.variants)]
 
     def to_json(self) -> dict:
         d = asdict(self)
-        d["tasks"], d["init_states"] = list(self.tasks), list(self.init_states)
+        d["tasks"], d["init_states"], d["fresh_scenes"] = list(self.tasks), list(self.init_states), list(self.fresh_scenes)
         return d
 
 
@@ -96,8 +128,16 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
     torch.set_num_threads(1)
     env = _env_for(cfg, key.task_id)
     t0 = time.perf_counter()
-    obs, info = env.reset(seed=env.unwrapped.protocol.seed, options={"init_state": key.init_state})
+    if key.scene is None:
+        options = {"init_state": key.init_state}
+    else:
+        options = {"scene_seed": key.scene_seed()}
+    obs, info = env.reset(seed=env.unwrapped.protocol.seed, options=options)
     sim = env.unwrapped.libero_env.env
+    scene_attrs = {} if key.scene is None else _fresh_scene_attrs(env.unwrapped, key)
+    if scene_attrs.get("official_distance_m", 1.0) < SAME_SCENE_M:  # LIBERO drew an official scene: keep it held out
+        return key, None, {"episode": key.name, **asdict(key), "success": False, "steps": 0, **scene_attrs,
+                           "rejected": "the scene equals an official init state", "seconds": 0.0}
     expert, labeller = PickPlaceExpert(sim), SubtaskLabeller(sim)
     rng = np.random.default_rng(key.noise_seed())
     steps: dict[str, list] = {k: [] for k in ("agentview", "wrist", "ee", "grip", "joints", "act", "exec", "states", "sub")}
@@ -120,7 +160,7 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
         obs, _, terminated, truncated, info = env.step(executed)
         done = terminated or truncated
     record = {"episode": key.name, **asdict(key), "success": bool(info["is_success"]), "steps": int(info["step"]),
-              "seconds": round(time.perf_counter() - t0, 2)}
+              "seconds": round(time.perf_counter() - t0, 2), **scene_attrs}
     if not info["is_success"]:
         return key, None, record
     demo = Demo(
@@ -129,11 +169,25 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
         joint_states=np.stack(steps["joints"]), actions=np.stack(steps["act"]).astype(np.float32),
         executed_actions=np.stack(steps["exec"]).astype(np.float32), states=np.stack(steps["states"]),
         subtasks=steps["sub"],
-        attrs={"init_state": key.init_state, "variant": key.variant, "episode": key.name,
+        attrs={**({"init_state": key.init_state} if key.scene is None else scene_attrs),
+               "variant": key.variant, "episode": key.name,
                "noise_std": cfg.noise_std if key.variant else 0.0, "seed": int(env.unwrapped.protocol.seed),
                "language": env.unwrapped.language, "task_name": env.unwrapped.task_name},
     )
     return key, demo, record
+
+
+def _fresh_scene_attrs(env, key: EpisodeKey) -> dict:
+    """What a fresh scene's demo records: its index and seed, the objects' drawn positions, and the official init
+    state nearest to it (compared, not assumed: libero_scenes.py)."""
+    from oxygen_gym.envs.libero_scenes import distance_to_official, object_qpos_slices, object_positions, official_positions
+
+    sim = env.libero_env.env
+    drawn = object_positions(env.start_qpos, object_qpos_slices(sim))
+    nearest, distance = distance_to_official(drawn, official_positions(sim, env.init_states))
+    return {"scene": key.scene, "scene_seed": key.scene_seed(), "object_names": list(object_qpos_slices(sim)),
+            "object_positions": drawn.round(6).tolist(), "official_nearest": nearest,
+            "official_distance_m": round(distance, 6)}
 
 
 def _worker(args):
@@ -173,14 +227,20 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
     if manifest.is_file():
         old = json.loads(manifest.read_text())["config"]
         keep = ("suite", "variants", "noise_std", "protocol", "camera_size", "fast_render", "fast_reset", "max_steps")
+        if bool(old.get("fresh_scenes")) != bool(cfg.fresh_scenes):
+            raise ValueError(f"--out {out} holds a collection from "
+                             f"{'fresh scenes' if old.get('fresh_scenes') else 'official init states'}; use another folder")
         defaults = CollectConfig().to_json()
         diff = {k: (old.get(k, defaults[k]), cfg.to_json()[k]) for k in keep if old.get(k, defaults[k]) != cfg.to_json()[k]}
         if diff:
             raise ValueError(f"--out {out} holds a collection with other settings {diff}; use another folder")
     attempted = _done_episodes(out)
     pending = [k for k in cfg.episodes() if k.name not in attempted]
-    all_inits = sorted(set(cfg.init_states) | set(json.loads(manifest.read_text())["init_states"] if manifest.is_file() else []))
-    manifest.write_text(json.dumps({"config": cfg.to_json(), "init_states": all_inits, "tasks": sorted(set(cfg.tasks)),
+    before = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    all_inits = sorted(set(cfg.init_states) | set(before.get("init_states", [])))
+    all_scenes = sorted(set(cfg.fresh_scenes) | set(before.get("fresh_scenes", [])))
+    manifest.write_text(json.dumps({"config": cfg.to_json(), "init_states": all_inits, "fresh_scenes": all_scenes,
+                                    "tasks": sorted(set(cfg.tasks)),
                                     "format": "LIBERO HDF5 (train/collect/libero_hdf5.py)"}, indent=1))
     counts = {"attempted_before": len(attempted), "ran": 0, "kept": 0, "failed": 0}
     if not pending:
@@ -198,7 +258,7 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
                 counts["ran"] += 1
                 if demo is not None:
                     path = task_file(out, key.suite, key.task_id)
-                    index = key.init_state * cfg.variants + key.variant
+                    index = key.index * cfg.variants + key.variant
                     write_demo(path, f"demo_{index}", demo, attrs[key.task_id])
                     counts["kept"] += 1
                 else:

@@ -1,0 +1,52 @@
+"""Where a LIBERO scene's movable objects are, and how far a scene is from each of the task's official init states.
+
+Fresh scenes (`reset(options={"scene_seed": s})`) come from the same placement initializer that LIBERO's official
+init states were drawn from, so "none of them is an official state" is a claim to check, not to assume: an init
+state is a flattened MuJoCo state (time, qpos, qvel), and every movable object has a free joint in qpos.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# Two scenes whose every movable object lies within this distance of its counterpart are the same scene.
+SAME_SCENE_M = 1e-3
+
+
+def object_qpos_slices(robosuite_env) -> dict[str, slice]:
+    """Movable object name -> the slice of qpos holding its free joint's position (x, y, z)."""
+    model = robosuite_env.sim.model
+    out = {}
+    for name, obj in sorted(robosuite_env.objects_dict.items()):
+        if not obj.joints:
+            continue
+        start, _ = model.get_joint_qpos_addr(obj.joints[-1])
+        out[name] = slice(start, start + 3)
+    return out
+
+
+def object_positions(qpos: np.ndarray, slices: dict[str, slice]) -> np.ndarray:
+    """(n_objects, 3) positions, in the order of `slices`."""
+    return np.stack([np.asarray(qpos[s], np.float64) for s in slices.values()])
+
+
+def scene_positions(robosuite_env) -> np.ndarray:
+    """The movable objects' positions in the sim right now."""
+    return object_positions(robosuite_env.sim.data.qpos, object_qpos_slices(robosuite_env))
+
+
+def official_positions(robosuite_env, init_states) -> np.ndarray:
+    """(n_states, n_objects, 3): the movable objects' positions in each official init state."""
+    nq = robosuite_env.sim.model.nq
+    slices = object_qpos_slices(robosuite_env)
+    states = np.asarray(init_states, np.float64)
+    if states.ndim != 2 or states.shape[1] < 1 + nq:
+        raise ValueError(f"init_states must be flattened MuJoCo states of length >= {1 + nq}, got {states.shape}")
+    return np.stack([object_positions(s[1:1 + nq], slices) for s in states])
+
+
+def distance_to_official(positions: np.ndarray, official: np.ndarray) -> tuple[int, float]:
+    """(index, metres) of the official init state nearest to `positions`, scene distance = the largest distance of
+    any one object from its counterpart (two scenes are the same when it is below SAME_SCENE_M)."""
+    per_state = np.linalg.norm(official - positions[None], axis=-1).max(axis=-1)
+    i = int(np.argmin(per_state))
+    return i, float(per_state[i])
