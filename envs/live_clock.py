@@ -16,6 +16,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from .wrappers import request_render
+
 
 def control_dt_of(env: gym.Env) -> float:
     """Seconds per control step of `env` (see the module docstring for the order of sources)."""
@@ -67,6 +69,9 @@ class LiveClock(gym.Wrapper):
     def step(self, action):
         held = action is None
         arr = self.hold_action() if held else np.asarray(action, dtype=np.float32)
+        # any step's observation may start a call (when the queue falls to its threshold, or a call in flight hands
+        # over), so an env that renders on request renders every step here
+        request_render(self.env)
         obs, reward, terminated, truncated, info = self.env.step(arr)
         self._last = arr
         record = {**self._next, "step": len(self.records), "held": held}

@@ -161,3 +161,16 @@ def test_fresh_scenes_follow_their_seed_and_are_no_official_init_state(lazy):
         lazy.reset(options={"scene_seed": -1})
     with pytest.raises(ValueError, match="not both"):
         lazy.reset(options={"scene_seed": 1, "init_state": 0})
+
+
+def test_the_live_clock_renders_every_step_it_may_hand_to_a_policy(lazy):
+    """On the live clock any step's observation may start a call, so LiveClock asks for every step's render; an env
+    that renders on request never hands it a black image."""
+    from oxygen_gym.envs.live_clock import LiveClock
+
+    clock = LiveClock(lazy)
+    clock.reset(seed=7, options={"init_state": 2})
+    for action in [None, ACTIONS[0], None]:
+        obs, _, _, _, info = clock.step(action)
+        assert info["rendered"] is True
+        assert all(img.any() for img in obs["images"].values())
