@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from oxygen_gym import LanguageTask, MultiTaskPolicy
-from tests.policy_obs import make_obs
+from policy_obs import make_obs
 
 TASKS = [LanguageTask("narrate", "What is the robot doing?", 12)]
 

@@ -8,7 +8,7 @@ import torch
 
 from oxygen_gym import MultiTaskPolicy, RTCConfig
 from oxygen_gym.engine.rtc import Guidance, guidance_weight, guided_velocity, prefix_weights
-from tests.policy_obs import make_obs
+from policy_obs import make_obs
 
 FAMILIES = ["tiny", "xr0-tiny"]
 

@@ -7,8 +7,8 @@ import torch
 from oxygen_gym import MultiTaskPolicy, RTCConfig
 from oxygen_gym.engine.rtc import Guidance
 from oxygen_gym.model.pi05.training import forward, losses, rtc_delays, sample_time
-from tests.policy_obs import make_obs
-from tests.test_training import RTOL, _batch, _model, _rel
+from policy_obs import make_obs
+from test_training import RTOL, _batch, _model, _rel
 
 
 def test_training_forward_with_a_clean_prefix_equals_the_trained_inference_step():

@@ -126,9 +126,17 @@ def run(args: argparse.Namespace) -> int:
         overrides = ConventionOverrides.from_args(args)
         text = inspect_text(args.checkpoint, args.robot, overrides, args.prompt)
         root = checkpoint_root(args.checkpoint, overrides.revision)
-        text = "\n".join([text, *adapter_lines(root, parse_adapter_args(getattr(args, "adapter", None)), merge)])
+        text = _before_warnings(text, adapter_lines(root, parse_adapter_args(getattr(args, "adapter", None)), merge))
     except (ValueError, FileNotFoundError, KeyError) as e:
         print(f"oxygen-gym inspect: error: {e}", file=sys.stderr)
         return 2
     print(text)
     return 0
+
+
+def _before_warnings(text: str, lines: list[str]) -> str:
+    """`lines` inserted before the report's closing `warnings:` section (the guesses stay last, where users look)."""
+    rows = text.split("\n")
+    at = next((i for i in range(len(rows) - 1, -1, -1) if rows[i].startswith("warnings:")), len(rows))
+    return "\n".join(rows[:at] + lines + rows[at:])
+
