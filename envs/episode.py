@@ -38,6 +38,8 @@ class EpisodeResult:
     info: dict = field(default_factory=dict)  # the env's last info
     # per policy call, the env's info["subtask"] for the observation the call saw (envs that label subtasks)
     subtask_labels: list = field(default_factory=list)
+    # per policy call, the env's info["memory"] (the memory task's answer, envs/scene_memory.py) for the same observation
+    memory_labels: list = field(default_factory=list)
     # live runs only (run_live_episode): latency source, execution, per-call delays, held and stale steps
     live: dict = field(default_factory=dict)
 
@@ -127,12 +129,14 @@ def run_episode(
     t_start = time.perf_counter()
     calls: list[PolicyCall] = []
     labels: list = []
+    memory: list = []
     steps, terminated, truncated, info = 0, False, False, {}
     bar = tqdm(total=limit, disable=not progress, unit="step", desc=str(getattr(env.unwrapped, "language", "")))
     try:
         obs, info = player.reset(seed=seed, options=options or None)
         while max_steps is None or steps < max_steps:
             labels.append(info.get("subtask"))
+            memory.append(info.get("memory"))
             t0 = time.perf_counter()
             actions, updates = policy.act(obs)
             wall_ms = (time.perf_counter() - t0) * 1e3
@@ -184,4 +188,5 @@ def run_episode(
         wall_s=time.perf_counter() - t_start,
         info=final_info,
         subtask_labels=labels if any(x is not None for x in labels) else [],
+        memory_labels=memory if any(x is not None for x in memory) else [],
     )

@@ -92,15 +92,16 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
     import torch
 
     from oxygen_gym.envs.experts import PickPlaceExpert, SubtaskLabeller
+    from oxygen_gym.envs.scene_memory import MemoryLabeller
 
     torch.set_num_threads(1)
     env = _env_for(cfg, key.task_id)
     t0 = time.perf_counter()
     obs, info = env.reset(seed=env.unwrapped.protocol.seed, options={"init_state": key.init_state})
     sim = env.unwrapped.libero_env.env
-    expert, labeller = PickPlaceExpert(sim), SubtaskLabeller(sim)
+    expert, labeller, memory = PickPlaceExpert(sim), SubtaskLabeller(sim), MemoryLabeller(sim)
     rng = np.random.default_rng(key.noise_seed())
-    steps: dict[str, list] = {k: [] for k in ("agentview", "wrist", "ee", "grip", "joints", "act", "exec", "states", "sub")}
+    steps: dict[str, list] = {k: [] for k in ("agentview", "wrist", "ee", "grip", "joints", "act", "exec", "states", "sub", "mem")}
     done = False
     while not done:
         state = obs["state"]
@@ -117,6 +118,7 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
         steps["exec"].append(executed)
         steps["states"].append(sim.sim.get_state().flatten())
         steps["sub"].append(labeller(state[:3], state[6:8]))
+        steps["mem"].append(memory(state[:3], state[6:8]))
         obs, _, terminated, truncated, info = env.step(executed)
         done = terminated or truncated
     record = {"episode": key.name, **asdict(key), "success": bool(info["is_success"]), "steps": int(info["step"]),
@@ -128,7 +130,7 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
         ee_states=np.stack(steps["ee"]).astype(np.float32), gripper_states=np.stack(steps["grip"]).astype(np.float32),
         joint_states=np.stack(steps["joints"]), actions=np.stack(steps["act"]).astype(np.float32),
         executed_actions=np.stack(steps["exec"]).astype(np.float32), states=np.stack(steps["states"]),
-        subtasks=steps["sub"],
+        subtasks=steps["sub"], memory=steps["mem"],
         attrs={"init_state": key.init_state, "variant": key.variant, "episode": key.name,
                "noise_std": cfg.noise_std if key.variant else 0.0, "seed": int(env.unwrapped.protocol.seed),
                "language": env.unwrapped.language, "task_name": env.unwrapped.task_name},
