@@ -10,7 +10,7 @@ APT_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libopengl0 libosmesa
 export MUJOCO_GL ?= egl
 export PYOPENGL_PLATFORM ?= egl
 
-.PHONY: demo test test-min install system-deps clean libero-spatial
+.PHONY: demo test test-min install system-deps clean libero-spatial libero-spatial-memory
 
 demo: install
 	$(BIN)/oxygen-gym demo
@@ -78,3 +78,15 @@ libero-spatial: install
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/oxygen-gym train --data $(DATA) --config compact --steps 2400 --batch-size 32 --threads 2 --out $(RUN)
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/oxygen-gym train --data $(DATA) --config compact --steps 3600 --batch-size 32 --threads 2 --out $(RUN)
 	rm -rf oxygen_gym/assets/libero-spatial && cp -r $(RUN)/model oxygen_gym/assets/libero-spatial
+
+# The shipped memory adapter of libero-spatial (docs/libero-spatial.md, "The memory adapter"): expert demonstrations
+# of init states 0-19 (clean; every frame labelled with what the robot did last, envs/scene_memory.py), then a rank-8 LoRA
+# trained on the frozen shipped model's language path. Both steps resume when rerun; the result replaces
+# oxygen_gym/assets/libero-spatial/adapters/memory/ (only valid for the base it was trained on).
+MEMORY_DATA ?= data/memory
+MEMORY_RUN ?= runs/train-memory
+MEMORY_PROMPT ?= What did the robot do last?
+libero-spatial-memory: install
+	$(BIN)/oxygen-gym collect libero --suite libero_spatial --tasks 0 --init-states 0-19 --variants 1 --workers 2 --out $(MEMORY_DATA)
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/oxygen-gym train --adapter memory --label memory --prompt "$(MEMORY_PROMPT)" --rank 8 --data $(MEMORY_DATA) --steps 450 --batch-size 32 --balance-labels --threads 2 --out $(MEMORY_RUN)
+	rm -rf oxygen_gym/assets/libero-spatial/adapters/memory && mkdir -p oxygen_gym/assets/libero-spatial/adapters && cp -r $(MEMORY_RUN)/adapter oxygen_gym/assets/libero-spatial/adapters/memory

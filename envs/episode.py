@@ -44,6 +44,8 @@ class EpisodeResult:
     info: dict = field(default_factory=dict)  # the env's last info
     # per policy call, the env's info["subtask"] for the observation the call saw (envs that label subtasks)
     subtask_labels: list = field(default_factory=list)
+    # per policy call, the env's info["memory"] (the memory task's answer, envs/scene_memory.py) for the same observation
+    memory_labels: list = field(default_factory=list)
     # live runs only (run_live_episode): latency source, execution, per-call delays, held and stale steps
     live: dict = field(default_factory=dict)
 
@@ -135,6 +137,7 @@ def run_episode(
     calls: list[PolicyCall] = []
     walls_ms: list[float] = []
     labels: list = []
+    memory: list = []
     steps, terminated, truncated, info = 0, False, False, {}
     reset_s, render0, frames0 = 0.0, 0.0, 0
     bar = tqdm(total=limit, disable=not progress, unit="step", desc=str(getattr(env.unwrapped, "language", "")))
@@ -145,6 +148,7 @@ def run_episode(
             render0, frames0 = gate.render_s, gate.frames
         while max_steps is None or steps < max_steps:
             labels.append(info.get("subtask"))
+            memory.append(info.get("memory"))
             check_rendered(info, "the policy")
             t0 = time.perf_counter()
             actions, updates = policy.act(obs)
@@ -206,4 +210,5 @@ def run_episode(
         cpu_s=cpu_s,
         info=final_info,
         subtask_labels=labels if any(x is not None for x in labels) else [],
+        memory_labels=memory if any(x is not None for x in memory) else [],
     )

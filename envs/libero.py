@@ -93,9 +93,10 @@ class LiberoEnv(gym.Env):
             raise ValueError(f"render_mode must be None or one of {self.metadata['render_modes']}, got {render_mode!r}")
         self.render_mode = render_mode
         # With label_subtasks, info["subtask"] says what the robot is doing now (envs/experts.py), from sim state, for
-        # scoring narration; None for tasks that are not a single pick-and-place goal.
+        # scoring narration, and info["memory"] the memory task's answer (envs/scene_memory.py); None for tasks that
+        # are not a single pick-and-place goal.
         self.label_subtasks = bool(label_subtasks)
-        self._labeller = None
+        self._labeller = self._memory = None
         self.render_on_request = bool(render_on_request)
         self._render_next = False
         self.camera_gate = CameraGate()  # counts render seconds in either mode (the episode's time split)
@@ -247,6 +248,7 @@ class LiberoEnv(gym.Env):
         self._init_index, self._scene_seed, self._steps, self._over = index, scene_seed, 0, False
         self._render_next = False
         self._labeller = self._make_labeller() if self.label_subtasks else None
+        self._memory = self._make_memory_labeller() if self.label_subtasks else None
         obs = self._observation(raw, rendered=True)
         return obs, self._info(bool(self._sim.check_success()))
 
@@ -317,11 +319,20 @@ class LiberoEnv(gym.Env):
         except ValueError:  # not a single ('on', object, target) goal: no labels
             return None
 
+    def _make_memory_labeller(self):
+        from .scene_memory import MemoryLabeller
+
+        try:
+            return MemoryLabeller(self._sim.env)
+        except ValueError:
+            return None
+
     def _info(self, success: bool) -> dict:
         extra = {}
         if self.label_subtasks:
             state = self._last_state
             extra["subtask"] = self._labeller(state[:3], state[6:8]) if self._labeller is not None else None
+            extra["memory"] = self._memory(state[:3], state[6:8]) if self._memory is not None else None
         return {**extra,
             "is_success": success,
             "suite": self.suite,

@@ -97,6 +97,7 @@ def run_live_episode(
     limit = max_steps if max_steps is not None else getattr(env.unwrapped, "max_steps", None)
     t_start = time.perf_counter()
     labels: list = []
+    memory: list = []
     steps, terminated, truncated, info = 0, False, False, {}
     bar = tqdm(total=limit, disable=not progress, unit="step", desc=str(getattr(env.unwrapped, "language", "")))
     try:
@@ -106,6 +107,7 @@ def run_live_episode(
             action = ap.next_action(obs)
             if len(ap.records) > n_calls:
                 labels.append(info.get("subtask"))  # what the call's observation showed
+                memory.append(info.get("memory"))
             _notify_finished(ap, clock)
             clock.note(**ap.last_step)
             obs, _, terminated, truncated, info = clock.step(action)
@@ -143,5 +145,6 @@ def run_live_episode(
         stage_ms={k: float(np.mean([r.stage_ms.get(k, 0.0) for r in ap.records])) for k in stage_keys},
         env_ms_mean=float(np.mean(env_ms)) if env_ms else 0.0, wall_s=time.perf_counter() - t_start,
         info=final_info, subtask_labels=labels if any(x is not None for x in labels) else [],
+        memory_labels=memory if any(x is not None for x in memory) else [],
         live=live_summary(ap, clock),
     )

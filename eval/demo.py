@@ -103,7 +103,9 @@ def _config(args: argparse.Namespace) -> tuple[EvalConfig, EpisodeSpec]:
     max_steps = args.max_steps if args.max_steps is not None else (DEMO_MAX_STEPS if builtin else None)
     if max_steps is not None and max_steps < 0:
         raise ValueError(f"--max-steps: {max_steps}; expected >= 0 (0 = the protocol's limit)")
-    names = [] if args.no_language else (args.language_task or ["narrate"])
+    # a trained checkpoint's adapter tasks (its adapters/<name>/, e.g. libero-spatial's memory) run beside narration
+    default = ["narrate"] + sorted(n for n, t in trained.items() if t.get("adapter"))
+    names = [] if args.no_language else (args.language_task or default)
     protocol = get_libero_protocol(args.protocol)
     seed = protocol.seed if args.seed is None else args.seed
     cfg = EvalConfig(
@@ -150,9 +152,17 @@ def render_report(record: dict, cfg: EvalConfig, builtin: bool) -> str:
     ]
     finished = [n for n in record.get("narration") or [] if n.get("done")]
     if finished:
-        lines += ["## Language (last finished requests)", ""]
-        for n in finished[-3:]:
-            lines.append(f"- frame {n['frame']} ({n['task']}): {json.dumps(n['text'])}")
+        adapters = {t["name"]: t.get("adapter") for t in cfg.language_tasks}
+        lines += ["## Language (the last finished requests of each task, from the same prefills as the actions)", ""]
+        for task in dict.fromkeys(n["task"] for n in finished):
+            weights = f"LoRA adapter `{adapters[task]}`" if adapters.get(task) else "base weights"
+            for n in [n for n in finished if n["task"] == task][-2:]:
+                lines.append(f"- frame {n['frame']} ({n['task']}, {weights}): {json.dumps(n['text'])}")
+        for key, what in (("narration_accuracy", "narration names the subtask"),
+                          ("memory_accuracy", "memory answers what the robot did last")):
+            acc = record.get(key)
+            if acc and acc.get("accuracy") is not None:
+                lines.append(f"- {what} (sim-state label): {acc['correct']} / {acc['frames']} frames")
         lines.append("")
     if record.get("video"):
         lines += [f"Video: `{record['video']}`", ""]

@@ -23,13 +23,15 @@ def parse_decode_budget(text: str | int) -> int | str:
 
 def parse_language_task(text: str, max_new_tokens: int, every: int = 1, trained: dict | None = None) -> dict:
     """`--task narrate` (a named preset, or the checkpoint's own task of that name: `trained`, from its
-    training.json, wins, since a trained model answers only the prompt it was trained on) or `--task NAME=PROMPT`."""
+    training.json and its adapters' ones, wins, since a trained model answers only the prompt it was trained on; an
+    adapter's task keeps its adapter) or `--task NAME=PROMPT`."""
     name, sep, prompt = str(text).partition("=")
     name = name.strip()
     if not name:
         raise ValueError(f"--task: {text!r} has no name; expected e.g. narrate or plan='What next?'")
+    adapter = None
     if not sep and trained and name in trained:
-        prompt = trained[name]["prompt"]
+        prompt, adapter = trained[name]["prompt"], trained[name].get("adapter")
     elif not sep:
         if name not in TASK_PROMPTS:
             raise ValueError(f"--task: unknown task {name!r}; named ones are {', '.join(TASK_PROMPTS)}, "
@@ -39,4 +41,7 @@ def parse_language_task(text: str, max_new_tokens: int, every: int = 1, trained:
         raise ValueError(f"--task: {text!r} has an empty prompt")
     if max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens: {max_new_tokens}; expected >= 1")
-    return {"name": name, "prompt": prompt.strip(), "max_new_tokens": int(max_new_tokens), "every": int(every)}
+    out = {"name": name, "prompt": prompt.strip(), "max_new_tokens": int(max_new_tokens), "every": int(every)}
+    if adapter:  # a checkpoint's own adapter task (its adapters/<name>/training.json): it answers only through it
+        out["adapter"] = adapter
+    return out

@@ -194,3 +194,17 @@ def test_progress_counts_resumed_episodes_and_shows_the_running_success_rate(cap
         assert "success 50.0% (1/2), errors 1" in bar.bar.postfix
     err = capsys.readouterr().err
     assert "3/4" in err and "RuntimeError: x" in err
+
+
+def test_memory_accuracy_is_pooled_over_frames_beside_narration():
+    from oxygen_gym.eval.libero.summary import render_markdown
+
+    records = [rec(ep=0, narration_accuracy={"frames": 10, "correct": 5, "accuracy": 0.5},
+                   memory_accuracy={"frames": 10, "correct": 9, "accuracy": 0.9}),
+               rec(ep=1, narration_accuracy={"frames": 30, "correct": 6, "accuracy": 0.2},
+                   memory_accuracy={"frames": 30, "correct": 3, "accuracy": 0.1}),
+               rec(ep=2)]  # no memory task: not counted
+    s = summarize(records)
+    assert s["memory"] == {"frames": 40, "correct": 12, "accuracy": 0.3, "episodes": 2}
+    assert s["narration"]["correct"] == 11
+    assert "what the robot did last) correctly on 30.0% of 40 labelled frames" in render_markdown(s)

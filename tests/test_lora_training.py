@@ -4,6 +4,7 @@ import hashlib
 import json
 
 import numpy as np
+import pytest
 import torch
 
 from oxygen_gym import LanguageTask, MultiTaskPolicy
@@ -87,3 +88,10 @@ def test_train_adapter_changes_no_base_weight_and_its_folder_reloads(tmp_path, m
         for name, (a, b) in trained.modules.items():
             t = policy.model.lora.targets[name]
             assert torch.equal(t.A[slot, :4], a) and torch.equal(t.B[slot, :, :4], b), name
+
+
+def test_square_root_label_balancing_gives_each_label_a_share_of_sqrt_its_count():
+    from oxygen_gym.train.adapter_trainer import row_weights
+
+    w = row_weights(["on the table"] * 16 + ["on the plate"])
+    assert w[:16].sum() / w[16:].sum() == pytest.approx(4.0)  # sqrt(16) : sqrt(1)

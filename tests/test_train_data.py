@@ -31,6 +31,7 @@ def synthetic_demo(seed: int, steps: int = 14, size: int = 128) -> Demo:
         executed_actions=rng.uniform(-1, 1, (steps, 7)).astype(np.float32),
         states=rng.normal(0, 1, (steps, 9)),
         subtasks=[LABELS[min(i * len(LABELS) // steps, len(LABELS) - 1)] for i in range(steps)],
+        memory=["on the table" if i < steps // 2 else "in the gripper" for i in range(steps)],
         attrs={"init_state": seed, "language": "put the black bowl on the plate", "task_name": "synthetic"},
     )
 
@@ -77,6 +78,24 @@ def test_hdf5_round_trip_keeps_every_field(tmp_path):
     for key in ("agentview", "wrist", "ee_states", "gripper_states", "joint_states", "actions", "executed_actions", "states"):
         assert np.array_equal(getattr(back, key), getattr(demo, key)), key
     assert back.subtasks == demo.subtasks and back.attrs["language"] == demo.attrs["language"]
+    assert back.memory == demo.memory and len(set(demo.memory)) == 2
+
+
+def test_the_memory_label_is_the_language_target_after_the_memory_prompt():
+    demos = [synthetic_demo(0), synthetic_demo(1)]
+    cfg, tok = PI05Config.named("compact"), builtin_tokenizer()
+    ds = DemoDataset(demos, cfg, tok, "Where is the black bowl?", compute_norm_stats(demos), progress=False, label="memory")
+    prompt = task_prompt_ids(tok, "Where is the black bowl?")
+    for i, (d, s) in enumerate([(0, 0), (0, 13), (1, 5)]):
+        label = tok.encode(demos[d].memory[s]) + [tok.eos_id]
+        assert ds.batch(torch.tensor([d * 14 + s])).text[0, : len(prompt) + len(label)].tolist() == prompt + label
+    assert ds.labels == sorted(set(demos[0].memory))
+    unlabelled = synthetic_demo(2)
+    unlabelled.memory = []
+    with pytest.raises(ValueError, match="--label memory: demo .* has no memory labels"):
+        DemoDataset([unlabelled], cfg, tok, "Where?", compute_norm_stats(demos), progress=False, label="memory")
+    with pytest.raises(ValueError, match="label: 'where'"):
+        DemoDataset(demos, cfg, tok, "Where?", compute_norm_stats(demos), progress=False, label="where")
 
 
 def _write_data(folder, n=2):

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -40,6 +41,10 @@ class AdapterTrainConfig:
     init: str | None = None  # the frozen base (default: the shipped libero-spatial)
     targets: tuple[str, ...] = LANGUAGE_PROJECTIONS
     prompt: str = NARRATE_PROMPT
+    label: str = "subtask"  # the per-step target text: "subtask" (narration) or "memory" (envs/scene_memory.py)
+    # square-root label balancing: a row is drawn with probability ~ 1 / sqrt(its label's count), so a label's share
+    # of the batches goes as sqrt(count) (a rare answer is seen: "place the bowl on the plate", 30 of 1,866 frames)
+    balance_labels: bool = False
     steps: int = 300
     batch_size: int = 16
     lr: float = 2e-3
@@ -120,6 +125,12 @@ def trained_weights(bank: LoraBank, slot: int, rank: int) -> LoraWeights:
                        {m: float(t.scale[slot]) for m, t in bank.targets.items()})
 
 
+def row_weights(targets: list[str]) -> torch.Tensor:
+    """Sampling weight of each row for square-root label balancing: 1 / sqrt(count of its label)."""
+    counts = Counter(targets)
+    return torch.tensor([counts[t] ** -0.5 for t in targets], dtype=torch.float64)
+
+
 def _dataset_stats(model) -> dict:
     """The checkpoint's own statistics, as inference normalises with them (not recomputed from the new data)."""
     s = model.norm_stats
@@ -143,7 +154,8 @@ def train_adapter(cfg: AdapterTrainConfig, progress: bool = True) -> Path:
     root = base_folder(cfg.init)
     model = load_pretrained(root, device=cfg.device, dtype=torch.float32)
     tokenizer = tokenizer_for(model.config.vocab_size, str(root))
-    dataset = DemoDataset(load_demos(cfg.data), model.config, tokenizer, cfg.prompt, _dataset_stats(model), progress=progress)
+    dataset = DemoDataset(load_demos(cfg.data), model.config, tokenizer, cfg.prompt, _dataset_stats(model), progress=progress,
+                          label=cfg.label)
     bank = LoraBank(model, slots=1, max_rank=cfg.rank)
     model.lora = bank
     slot = bank.load(cfg.adapter, init_lora(model, cfg.targets, cfg.rank, cfg.lora_alpha, cfg.seed))
@@ -152,6 +164,7 @@ def train_adapter(cfg: AdapterTrainConfig, progress: bool = True) -> Path:
         params += [t.A.requires_grad_(True), t.B.requires_grad_(True)]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(cfg.seed)
+    weights = row_weights(dataset.targets) if cfg.balance_labels else None
     step = 0
     if saved:
         with torch.no_grad():
@@ -166,13 +179,14 @@ def train_adapter(cfg: AdapterTrainConfig, progress: bool = True) -> Path:
         _atomic_save({"lora": [(t.A.detach(), t.B.detach()) for t in bank.targets.values()],
                       "optimizer": opt.state_dict(), "generator": gen.get_state(), "step": step,
                       "resume_key": cfg.resume_key()}, state_path)
-        export(bank, slot, cfg, root, out, step)
+        export(bank, slot, cfg, out, step)
 
     bar = tqdm(total=cfg.steps, initial=step, desc=f"adapter {cfg.adapter}", unit="step", disable=not progress)
     with open(out / LOG_FILE, "a") as log:
         while step < cfg.steps:
             t0 = time.perf_counter()
-            index = torch.randint(0, len(dataset), (cfg.batch_size,), generator=gen)
+            index = (torch.multinomial(weights, cfg.batch_size, replacement=True, generator=gen) if weights is not None
+                     else torch.randint(0, len(dataset), (cfg.batch_size,), generator=gen))
             loss = language_loss(model, bank, slot, dataset.batch(index).to(cfg.device))
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -191,9 +205,12 @@ def train_adapter(cfg: AdapterTrainConfig, progress: bool = True) -> Path:
     return out / ADAPTER_DIR
 
 
-def export(bank: LoraBank, slot: int, cfg: AdapterTrainConfig, root: Path, out: Path, step: int) -> Path:
+def export(bank: LoraBank, slot: int, cfg: AdapterTrainConfig, out: Path, step: int) -> Path:
     folder = write_peft(out / ADAPTER_DIR, trained_weights(bank, slot, cfg.rank), rank=cfg.rank, alpha=cfg.lora_alpha,
-                        target_modules=[t.split(".")[-1] for t in cfg.targets], base_model=str(root))
-    (folder / "training.json").write_text(json.dumps({"step": step, "config": cfg.resume_key(),
-                                                      "language_task": {"prompt": cfg.prompt}}, indent=1))
+                        target_modules=[t.split(".")[-1] for t in cfg.targets], base_model=cfg.init or DEFAULT_BASE)
+    manifest = Path(cfg.data) / "dataset.json"  # an `oxygen-gym collect` folder says which init states it holds
+    data = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    (folder / "training.json").write_text(json.dumps({
+        "step": step, "config": cfg.resume_key(), "language_task": {"prompt": cfg.prompt, "label": cfg.label},
+        "data": {k: data[k] for k in ("init_states", "tasks") if k in data}}, indent=1))
     return folder

@@ -18,7 +18,8 @@ from oxygen_gym.policies.normalize import Normalizer
 
 from .collect.libero_hdf5 import Demo, demo_names, read_demos
 
-LIBERO_SLOTS = ("base_0_rgb", "left_wrist_0_rgb")  # policies/robots.py: libero base -> base, wrist -> left wrist
+LIBERO_SLOTS = ("base_0_rgb", "left_wrist_0_rgb")
+LABELS = ("subtask", "memory")  # the per-step language targets a collection records  # policies/robots.py: libero base -> base, wrist -> left wrist
 
 
 def load_demos(data: str | Path) -> list[Demo]:
@@ -45,13 +46,20 @@ def compute_norm_stats(demos: list[Demo]) -> dict[str, NormStats]:
 
 class DemoDataset:
     """Per-step samples: two camera images (model resolution, uint8), prompt ids (instruction + binned state),
-    the next `action_horizon` normalised actions (steps past the episode's end masked out of the loss), and the
-    subtask label as a language target after the narration task's prompt."""
+    the next `action_horizon` normalised actions (steps past the episode's end masked out of the loss), and a
+    per-step label (`label`: "subtask", or "memory" for the memory task's answer) as a language target after the
+    task's prompt."""
 
     def __init__(self, demos: list[Demo], config: PI05Config, tokenizer, narrate_prompt: str,
-                 norm_stats: dict[str, NormStats], progress: bool = True) -> None:
+                 norm_stats: dict[str, NormStats], progress: bool = True, label: str = "subtask") -> None:
         if tuple(config.image_slots) != LIBERO_SLOTS:
             raise ValueError(f"config.image_slots must be {LIBERO_SLOTS} for LIBERO demos, got {config.image_slots}")
+        if label not in LABELS:
+            raise ValueError(f"label: {label!r}; expected one of {', '.join(LABELS)}")
+        if label == "memory" and any(not d.memory for d in demos):
+            bad = next(str(d.attrs.get("episode", "?")) for d in demos if not d.memory)
+            raise ValueError(f"--label memory: demo {bad} has no memory labels (collected before they were recorded; "
+                             "collect again into a new folder)")
         self.config, self.norm_stats = config, norm_stats
         size, horizon = config.vision.image_size, config.action_horizon
         state_norm, action_norm = (Normalizer("QUANTILES", {"q01": norm_stats[k].q01, "q99": norm_stats[k].q99})
@@ -64,6 +72,7 @@ class DemoDataset:
         self.actions = torch.zeros(n, horizon, config.action_dim)
         self.action_valid = torch.zeros(n, horizon, dtype=torch.bool)
         texts, label_ids = [], {}
+        self.targets: list[str] = []  # each row's language target text
         i = 0
         for demo in tqdm(demos, desc="preprocess", unit="demo", disable=not progress):
             language = str(demo.attrs.get("language", ""))
@@ -78,10 +87,11 @@ class DemoDataset:
                 chunk = actions[s : s + horizon]
                 self.actions[i, : len(chunk), : chunk.shape[1]] = torch.from_numpy(chunk)
                 self.action_valid[i, : len(chunk)] = True
-                label = demo.subtasks[s]
-                if label not in label_ids:
-                    label_ids[label] = tokenizer.encode(label) + [tokenizer.eos_id]
-                texts.append((task_ids, label_ids[label]))
+                target = demo.memory[s] if label == "memory" else demo.subtasks[s]
+                if target not in label_ids:
+                    label_ids[target] = tokenizer.encode(target) + [tokenizer.eos_id]
+                texts.append((task_ids, label_ids[target]))
+                self.targets.append(target)
                 i += 1
         t_max = max(len(a) + len(b) for a, b in texts)
         self.text = torch.zeros(n, t_max, dtype=torch.int64)

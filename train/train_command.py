@@ -27,6 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rank", type=int, default=8, help="LoRA rank of --adapter (default 8)")
     parser.add_argument("--alpha", type=float, default=None, help="LoRA alpha of --adapter (default 2 * rank)")
     parser.add_argument("--prompt", default=None, help="the adapter task's prompt (default the narration prompt)")
+    parser.add_argument("--label", default=None, choices=("subtask", "memory"),
+                        help="the adapter's target text per step: the subtask label (default) or the memory "
+                             "task's answer (envs/scene_memory.py; collections record both)")
+    parser.add_argument("--balance-labels", action="store_true", default=None,
+                        help="--adapter: draw rows with probability 1/sqrt(their label's count), so rare answers are seen")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,7 +56,8 @@ def _run_adapter(args: argparse.Namespace) -> int:
     from .adapter_trainer import AdapterTrainConfig, train_adapter
 
     given = {"data": args.data, "out": args.out, "adapter": args.adapter, "rank": args.rank, "alpha": args.alpha,
-             "init": args.init, "prompt": args.prompt, "device": args.device, "threads": args.threads, "seed": args.seed}
+             "init": args.init, "prompt": args.prompt, "label": args.label,
+             "balance_labels": args.balance_labels, "device": args.device, "threads": args.threads, "seed": args.seed}
     defaults = {f.name: f.default for f in fields(TrainConfig)}
     for name in ("steps", "batch_size", "lr", "checkpoint_every"):  # only when set: the adapter run has its own defaults
         if getattr(args, name) != defaults[name]:

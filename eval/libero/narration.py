@@ -48,8 +48,24 @@ def training_data(checkpoint: str) -> dict | None:
 
 
 def trained_language_tasks(checkpoint: str) -> dict[str, dict]:
-    """name -> {name, prompt, max_new_tokens} of the language tasks a checkpoint was trained for."""
-    return {t["name"]: t for t in training_info(checkpoint).get("language_tasks", [])}
+    """name -> {name, prompt, max_new_tokens[, adapter]} of the language tasks a checkpoint was trained for: its
+    own (training.json) and those of its adapters (`adapters/<name>/training.json`, `oxygen-gym train --adapter`),
+    each named after its adapter."""
+    tasks = {t["name"]: t for t in training_info(checkpoint).get("language_tasks", [])}
+    folder = _checkpoint_folder(checkpoint)
+    for path in sorted(folder.glob("adapters/*/training.json")) if folder else ():
+        name, task = path.parent.name, json.loads(path.read_text()).get("language_task") or {}
+        if task.get("prompt"):
+            tasks[name] = {"name": name, "prompt": task["prompt"], "adapter": name,
+                           **({"max_new_tokens": task["max_new_tokens"]} if "max_new_tokens" in task else {})}
+    return tasks
+
+
+def _checkpoint_folder(checkpoint: str) -> Path | None:
+    from oxygen_gym.model.trained import trained_model_dir
+
+    folder = trained_model_dir(checkpoint) or Path(str(checkpoint))
+    return folder if folder.is_dir() else None
 
 
 def is_held_out(data: dict | None, task_name: str | None, init_state: int) -> bool | None:

@@ -81,9 +81,10 @@ def _held_out_split(ok: list[dict]) -> dict | None:
     return out
 
 
-def _narration(ok: list[dict]) -> dict | None:
-    """Narration accuracy pooled over every labelled frame of every episode (eval/libero/narration.py)."""
-    accs = [r["narration_accuracy"] for r in ok if r.get("narration_accuracy")]
+def _narration(ok: list[dict], key: str = "narration_accuracy") -> dict | None:
+    """Narration (or, key="memory_accuracy", memory-answer) accuracy pooled over every labelled frame of every
+    episode (eval/libero/narration.py)."""
+    accs = [r[key] for r in ok if r.get(key)]
     if not accs:
         return None
     frames = sum(a["frames"] for a in accs)
@@ -148,6 +149,7 @@ def summarize(records: Iterable[dict], config: dict | None = None, expected: int
         "overall": overall,
         "held_out": _held_out_split(ok),
         "narration": _narration(ok),
+        "memory": _narration(ok, "memory_accuracy"),
         "live": _live(ok),
         "suites": per_suite,
         "speed": _speed(ok),
@@ -198,6 +200,12 @@ def render_markdown(summary: dict) -> str:
     if narr:
         lines += ["", f"Narration names the current subtask on {_pct(narr['accuracy'])} of {narr['frames']} labelled "
                       f"frames ({narr['episodes']} episodes; labels from sim state, eval/libero/narration.py)."]
+    mem = summary.get("memory")
+    if mem:
+        lines += ["", "The memory task answers its question (what the robot did last) correctly on "
+                      f"{_pct(mem['accuracy'])} of "
+                      f"{mem['frames']} labelled frames ({mem['episodes']} episodes; labels from sim state, "
+                      "envs/scene_memory.py)."]
     live = summary.get("live")
     if live:
         lat = live["latency"] or {}

@@ -63,8 +63,10 @@ class EpisodeWorker:
 
             cfg = self.config
             dtype = getattr(torch, cfg.dtype) if cfg.dtype else None  # a name of eval_config.DTYPES
+            # tasks' adapters are the checkpoint's own (adapters/<name>/), loaded by name
+            adapters = sorted({t["adapter"] for t in cfg.language_tasks if t.get("adapter")}) or None
             self.policy = MultiTaskPolicy.from_pretrained(
-                cfg.checkpoint, robot=cfg.robot, tasks=[LanguageTask(**t) for t in cfg.language_tasks],
+                cfg.checkpoint, robot=cfg.robot, tasks=[LanguageTask(**t) for t in cfg.language_tasks], adapters=adapters,
                 decode_budget=cfg.decode_budget, target_action_hz=cfg.target_action_hz, mode=cfg.mode,
                 device=cfg.device, dtype=dtype, seed=0,  # seed 0: a built-in model's weights are the same everywhere
                 **self.convention_kwargs(),
@@ -186,6 +188,9 @@ class EpisodeWorker:
             "narration": r["narration"],
             "subtask_labels": r["subtask_labels"],
             "narration_accuracy": narration_accuracy(r["narration"], r["subtask_labels"]),
+            "memory_labels": r["memory_labels"],
+            # the memory task's answers against envs/scene_memory.MemoryLabeller (None without a "memory" task)
+            "memory_accuracy": narration_accuracy(r["narration"], r["memory_labels"], task="memory"),
             "held_out": is_held_out(self._training_data, task_name, spec.init_state),
             "video": video,
             "error": None,

@@ -40,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-fast-render", action="store_true", help="antialiased rendering (about 2x slower)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", required=True, help="folder for the HDF5 files, dataset.json and attempts.jsonl")
+    parser.add_argument("--relabel", action="store_true",
+                        help="collect nothing: recompute the subtask and memory labels of the demos in --out from "
+                             "their recorded sim states (train/collect/relabel.py)")
 
 
 def _init_states(args: argparse.Namespace) -> tuple[int, ...]:
@@ -51,6 +54,11 @@ def _init_states(args: argparse.Namespace) -> tuple[int, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.relabel:
+        from .relabel import relabel
+
+        print(json.dumps(relabel(args.out)))
+        return 0
     try:
         cfg = CollectConfig(
             suite=args.suite, tasks=parse_range(args.tasks, "--tasks"),

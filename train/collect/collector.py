@@ -124,6 +124,7 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
     import torch
 
     from oxygen_gym.envs.experts import PickPlaceExpert, SubtaskLabeller
+    from oxygen_gym.envs.scene_memory import MemoryLabeller
 
     torch.set_num_threads(1)
     env = _env_for(cfg, key.task_id)
@@ -138,9 +139,9 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
     if scene_attrs.get("official_distance_m", 1.0) < SAME_SCENE_M:  # LIBERO drew an official scene: keep it held out
         return key, None, {"episode": key.name, **asdict(key), "success": False, "steps": 0, **scene_attrs,
                            "rejected": "the scene equals an official init state", "seconds": 0.0}
-    expert, labeller = PickPlaceExpert(sim), SubtaskLabeller(sim)
+    expert, labeller, memory = PickPlaceExpert(sim), SubtaskLabeller(sim), MemoryLabeller(sim)
     rng = np.random.default_rng(key.noise_seed())
-    steps: dict[str, list] = {k: [] for k in ("agentview", "wrist", "ee", "grip", "joints", "act", "exec", "states", "sub")}
+    steps: dict[str, list] = {k: [] for k in ("agentview", "wrist", "ee", "grip", "joints", "act", "exec", "states", "sub", "mem")}
     done = False
     while not done:
         state = obs["state"]
@@ -157,6 +158,7 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
         steps["exec"].append(executed)
         steps["states"].append(sim.sim.get_state().flatten())
         steps["sub"].append(labeller(state[:3], state[6:8]))
+        steps["mem"].append(memory(state[:3], state[6:8]))
         obs, _, terminated, truncated, info = env.step(executed)
         done = terminated or truncated
     record = {"episode": key.name, **asdict(key), "success": bool(info["is_success"]), "steps": int(info["step"]),
@@ -168,7 +170,7 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
         ee_states=np.stack(steps["ee"]).astype(np.float32), gripper_states=np.stack(steps["grip"]).astype(np.float32),
         joint_states=np.stack(steps["joints"]), actions=np.stack(steps["act"]).astype(np.float32),
         executed_actions=np.stack(steps["exec"]).astype(np.float32), states=np.stack(steps["states"]),
-        subtasks=steps["sub"],
+        subtasks=steps["sub"], memory=steps["mem"],
         attrs={**({"init_state": key.init_state} if key.scene is None else scene_attrs),
                "variant": key.variant, "episode": key.name,
                "noise_std": cfg.noise_std if key.variant else 0.0, "seed": int(env.unwrapped.protocol.seed),

@@ -7,7 +7,8 @@
         states (T, S)          flattened MuJoCo states (LIBERO's replay format)
         obs/agentview_rgb, obs/eye_in_hand_rgb (T, H, W, 3) uint8
         obs/ee_states (T, 6) = eef pos + axis-angle, obs/gripper_states (T, 2), obs/joint_states (T, 7)
-      ours: executed_actions (T, 7) (differs from `actions` when collection injected noise), subtasks (T,) str
+      ours: executed_actions (T, 7) (differs from `actions` when collection injected noise), subtasks (T,) str,
+            memory (T,) str (the memory task's answer, envs/scene_memory.py; absent in older collections)
 
 Image orientation: LIBERO's published files store the raw OpenGL renders (upside down); openpi rotates them by 180
 degrees before the policy (examples/libero/main.py). Our files store what `policy.act` receives (already rotated)
@@ -40,6 +41,7 @@ class Demo:
     states: np.ndarray  # (T, S)
     subtasks: list[str]
     attrs: dict = field(default_factory=dict)
+    memory: list[str] = field(default_factory=list)  # the memory task's label per step; empty when not recorded
 
     def __len__(self) -> int:
         return len(self.actions)
@@ -58,6 +60,8 @@ def write_demo(path: str | Path, name: str, demo: Demo, file_attrs: dict) -> Non
             raise ValueError(f"demo {name}: {key} has {len(getattr(demo, key))} steps, actions have {t}")
     if len(demo.subtasks) != t:
         raise ValueError(f"demo {name}: {len(demo.subtasks)} subtask labels for {t} steps")
+    if demo.memory and len(demo.memory) != t:
+        raise ValueError(f"demo {name}: {len(demo.memory)} memory labels for {t} steps")
     with h5py.File(path, "a") as f:
         data = f.require_group("data")
         for k, v in file_attrs.items():
@@ -80,6 +84,8 @@ def write_demo(path: str | Path, name: str, demo: Demo, file_attrs: dict) -> Non
         g.create_dataset("dones", data=dones)
         g.create_dataset("rewards", data=dones.copy())
         g.create_dataset("subtasks", data=np.array(demo.subtasks, dtype=object), dtype=h5py.string_dtype())
+        if demo.memory:
+            g.create_dataset("memory", data=np.array(demo.memory, dtype=object), dtype=h5py.string_dtype())
         g.attrs["num_samples"] = t
         for k, v in demo.attrs.items():
             g.attrs[k] = v if isinstance(v, (str, int, float)) else json.dumps(v)
@@ -108,7 +114,8 @@ def read_demos(path: str | Path, names: list[str] | None = None) -> list[Demo]:
             rot = (lambda a: a[:, ::-1, ::-1]) if orientation == RAW_ORIENTATION else (lambda a: a)
             actions = g["actions"][()]
             t = len(actions)
-            subtasks = [s.decode() if isinstance(s, bytes) else str(s) for s in g["subtasks"][()]] if "subtasks" in g else [""] * t
+            strings = lambda key: [s.decode() if isinstance(s, bytes) else str(s) for s in g[key][()]]  # noqa: E731
+            subtasks = strings("subtasks") if "subtasks" in g else [""] * t
             out.append(Demo(
                 agentview=np.ascontiguousarray(rot(obs["agentview_rgb"][()])),
                 wrist=np.ascontiguousarray(rot(obs["eye_in_hand_rgb"][()])),
@@ -120,6 +127,7 @@ def read_demos(path: str | Path, names: list[str] | None = None) -> list[Demo]:
                 states=g["states"][()] if "states" in g else np.zeros((t, 0)),
                 subtasks=subtasks,
                 attrs={k: g.attrs[k] for k in g.attrs},
+                memory=strings("memory") if "memory" in g else [],
             ))
     return out
 
