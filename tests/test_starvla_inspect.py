@@ -46,3 +46,18 @@ def test_inspect_a_subset_and_the_errors(run, capsys):
     assert rc == 2 and "was not found offline; looked in:" in err and "Pass vlm_config=" in err
     rc, out, _ = _inspect([str(root), "--vlm-config", str(vlm), "--norm-stats", "identity"], capsys)
     assert rc == 0 and "heads:      ['pi', 'groot', 'oft']" in out and "warnings:   none" in out.splitlines()
+
+
+def test_serve_flags_build_a_starvla_policy_with_a_head_subset(run):
+    """serve's --heads and the checkpoint flags (--vlm-config) reach from_pretrained once each."""
+    from oxygen_gym.serve.serve_command import add_arguments, build_policy
+
+    _, root, vlm = run
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--checkpoint", str(root), "--vlm-config", str(vlm), "--heads", "oft"])
+    policy = build_policy(args)
+    try:
+        assert policy.action_heads == ["oft"] and list(policy.model.heads) == ["oft"]
+    finally:
+        policy.close()

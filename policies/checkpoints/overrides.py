@@ -104,7 +104,8 @@ class ConventionOverrides:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ConventionOverrides:
         """The record from the flags `add_arguments` added; a ValueError names the flag that is wrong."""
-        values = {n: getattr(args, n, None) for n in cls.names()}
+        # `heads` has no flag here: a command that selects heads (serve's --heads) passes them to from_pretrained itself
+        values = {n: getattr(args, n, None) for n in cls.names() if n != "heads"}
         values["camera_map"] = parse_camera_map(values["camera_map"])
         try:
             return cls(**values)
