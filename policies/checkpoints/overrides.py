@@ -76,8 +76,9 @@ class ConventionOverrides:
 
     # ------------------------------------------------------------------ the command-line flags
     @staticmethod
-    def add_arguments(parser: argparse.ArgumentParser) -> None:
-        """The checkpoint-convention flags of inspect, eval, demo and serve (dest = the field name)."""
+    def add_arguments(parser: argparse.ArgumentParser, *, vlm_config: bool = True) -> None:
+        """The checkpoint-convention flags of inspect, eval, demo and serve (dest = the field name). `vlm_config`:
+        offer --vlm-config (eval and demo record no backbone folder in their results, so they leave it out)."""
         g = parser.add_argument_group("checkpoint conventions (each overrides a value read or guessed from the checkpoint)")
         g.add_argument("--tokenizer", default=None, metavar="PATH",
                        help="PaliGemma SentencePiece model (file, or folder holding tokenizer.model); XR0: a Qwen "
@@ -95,8 +96,9 @@ class ConventionOverrides:
         ds.add_argument("--no-discrete-state", dest="discrete_state", action="store_const", const=False,
                         help="prompt without state (openpi's pi05_libero)")
         g.add_argument("--action-horizon", type=int, default=None, help="actions denoised (default: the checkpoint's chunk)")
-        g.add_argument("--vlm-config", default=None, metavar="PATH",
-                       help="StarVLA: the backbone folder (config.json + tokenizer) its config.yaml names by hub id")
+        if vlm_config:
+            g.add_argument("--vlm-config", default=None, metavar="PATH",
+                           help="StarVLA: the backbone folder (config.json + tokenizer) its config.yaml names by hub id")
         g.add_argument("--family", default=None,
                        help="override the detected family: ours, lerobot<=0.4.4, lerobot>=0.5, openpi, "
                             "openpi-training, xr0, starvla")

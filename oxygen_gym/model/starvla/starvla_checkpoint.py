@@ -23,7 +23,7 @@ modules, and such a checkpoint is refused by name.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,6 @@ class StarVLARun:
     weights: Path
     base_vlm: str
     framework: str
-    extras: dict[str, Any] = field(default_factory=dict)
 
 
 def weights_file(root: Path) -> Path:
@@ -204,7 +203,9 @@ def config_from_run(run: StarVLARun, backbone: dict[str, Any], *, query_token: i
     if "oft" in run.blocks:
         dims["oft"] = OFTDims(horizon=_horizon(run.blocks["oft"], 8), query_token=query_token)
     data = (run.yaml.get("datasets") or {}).get("vla_data") or {}
-    size = data.get("image_size") or [224, 224]
+    # the keys StarVLA's server reports as the training image size (deployment/model_server/policy_wrapper.py)
+    size = data.get("obs_image_size") or data.get("image_size") or (data.get("default_image_resolution") or [])[-2:]
+    size = size or [224, 224]
     image = int(size[0] if isinstance(size, (list, tuple)) else size)
     return StarVLAConfig(backbone, heads=keep, action_dim=next(iter(action_dims.values()), 7), state_dim=state_dim,
                          image_size=image, **dims)
