@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "demonstrations were rendered so)")
     parser.add_argument("--fast-reset", action="store_true", default=None,
                         help="LIBERO soft reset (faster; not the references'; the default for a trained model)")
-    ConventionOverrides.add_arguments(parser)
+    ConventionOverrides.add_arguments(parser, vlm_config=False)
     parser.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
 
 

@@ -208,6 +208,8 @@ class MultiTaskPolicy:
         family: str | None = None,
         image_resize: str | None = None,
         revision: str | None = None,
+        vlm_config: str | Path | None = None,
+        heads: list[str] | tuple[str, ...] | None = None,
         **kwargs,
     ) -> "MultiTaskPolicy":
         """A built-in model name (`tiny`, `small`, `pi05`: random weights from `seed`), a shipped trained model
@@ -217,7 +219,8 @@ class MultiTaskPolicy:
         files by the registry (policies/model_io.py `checkpoint_family`; `family=` names it instead). A
         checkpoint's cameras, normalisation, chunk, prompt format and tokenizer are resolved before its weights load,
         as its authors' own eval does; every guess is a `CheckpointGuessWarning` naming the argument that overrides
-        it (`oxygen-gym inspect` lists them)."""
+        it (`oxygen-gym inspect` lists them). A StarVLA run folder (`starvla`: config.yaml + checkpoints/) takes
+        `vlm_config=` (its backbone's folder, when not in the Hugging Face cache) and `heads=` (load only these)."""
         import warnings
 
         from oxygen_gym.model.pi05.init import default_dtype
@@ -230,8 +233,9 @@ class MultiTaskPolicy:
         overrides = ConventionOverrides(
             tokenizer=tokenizer, norm_stats=norm_stats, asset_id=asset_id, camera_map=camera_map,
             discrete_state=discrete_state, action_horizon=action_horizon, family=family, image_resize=image_resize,
-            revision=revision,
+            revision=revision, vlm_config=vlm_config, heads=heads,
         )
+        kwargs["heads"] = heads  # the heads act() runs (a StarVLA checkpoint also loads only these)
         dev = torch.device(device)
         dtype = dtype or default_dtype(dev)
         if isinstance(name_or_path, str) and name_or_path in builtin_names():

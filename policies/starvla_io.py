@@ -71,5 +71,24 @@ def build_builtin(name: str, robot: RobotSpec, device, dtype, overrides, seed: i
     return model, tok, dict(camera_slots=cams)
 
 
+def _load(*args):
+    from .checkpoints.starvla_load import load_starvla
+
+    return load_starvla(*args)
+
+
+def _inspect(*args):
+    from .checkpoints.starvla_load import inspect_starvla
+
+    return inspect_starvla(*args)
+
+
+def _detects(root) -> bool:
+    from oxygen_gym.model.starvla.starvla_checkpoint import is_starvla_run
+
+    return is_starvla_run(root)
+
+
 register_family(PolicyFamily("starvla", StarVLAModel, StarVLAIO, ("starvla-tiny", "starvla-small", "starvla-4b"),
-                             build_builtin))
+                             build_builtin, checkpoint_families=("starvla",), detects=_detects, load=_load,
+                             inspect=_inspect))

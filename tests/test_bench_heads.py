@@ -70,3 +70,21 @@ def test_xr0_runs_through_the_bench(tmp_path):
     for p in results["points"]:
         assert "error" not in p, p.get("error")
         assert p["tokens"] == 3 * 3 and p["ideal_frame_ms"] > 0
+
+
+def test_starvla_heads_sweep_and_its_figure(tmp_path):
+    """`--preset starvla-cpu`'s sweep on starvla-tiny: pi, groot, oft as E = 1..3 (the paper's E = 2..4), each expert
+    count drawn against its ideal-time model in plots/experts.png."""
+    from oxygen_gym.eval.bench.sweep_config import PRESETS
+
+    assert PRESETS["starvla-cpu"]["heads"] == (1, 2, 3) and PRESETS["starvla-cpu"]["model"] == "starvla-small"
+    cfg = BenchConfig(out=tmp_path, model="starvla-tiny", threads=1, modes=("isolated", "oxygen"), N=(3,), k=(3,),
+                      S=(3,), heads=(1, 3), frames=2, calibrate=False, observations=2, command="pytest")
+    results = run_bench(cfg)
+    assert all("error" not in p for p in results["points"]), [p.get("error") for p in results["points"]]
+    assert results["config"]["action_heads"] == ["pi", "groot", "oft"]
+    frames = [json.loads(line) for line in (tmp_path / "frames.jsonl").read_text().splitlines()]
+    iso = {f["prefills"] for f in frames if f["point"] == "fixed|isolated|N=3|k=-|S=3|E=3" and not f["warmup"]}
+    assert iso == {4}
+    assert results["plots"]["experts"] == {"file": "plots/experts.png"}
+    assert (tmp_path / "plots" / "experts.png").read_bytes()[:4] == b"\x89PNG"

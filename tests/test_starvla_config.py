@@ -26,8 +26,8 @@ def test_heads_subset_and_tap_memory():
     assert list(model.action_heads) == ["groot", "pi"]
     taps = model.tap_bytes(100)
     c = model.config
-    assert taps["pi"] == 2 * c.backbone_layers * c.pi.width * 100 * 4  # every block cross-attends: K and V
-    assert taps["groot"] == 2 * (c.groot.depth // 2) * c.groot.width * 100 * 4 + c.groot.max_state_dim * 4
+    assert taps["pi"] == c.backbone_layers * c.backbone_width * 100 * 4  # every layer's hidden state
+    assert taps["groot"] == c.backbone_width * 100 * 4 + c.groot.max_state_dim * 4  # the last one and the state
     with pytest.raises(ValueError, match=r"heads: unknown action head\(s\) \['fast'\]"):
         build_starvla("starvla-tiny", heads=["fast"])
     with pytest.raises(ValueError, match="heads: expected a non-empty subset"):

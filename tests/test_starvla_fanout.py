@@ -85,3 +85,21 @@ def test_heads_differ_and_bad_head_names_fail():
     assert not np.allclose(a["pi"][:4], a["oft"], atol=1e-3)
     with pytest.raises(ValueError, match=r"heads: unknown action head\(s\) \['actions'\]"):
         MultiTaskPolicy.from_pretrained("starvla-tiny", robot="libero", heads=["pi", "actions"])
+
+
+@pytest.mark.parametrize("head", ["pi", "groot"])
+def test_a_model_holding_one_head_equals_that_head_of_the_full_model(all_heads, head):
+    """The prefill keeps every layer when pi is there and only the last one otherwise: groot's tap is the same
+    last layer either way, pi's the same layers (a `heads=` checkpoint load builds such a model)."""
+    from oxygen_gym.model.qwen3_vl.qwen_tokenizer import QwenTokenizer, builtin_qwen_tokenizer
+    from oxygen_gym.model.starvla.starvla_model import build_starvla
+
+    ref_acts, _ = all_heads
+    model = build_starvla("starvla-tiny", seed=0, heads=[head])
+    rng = np.random.default_rng(3)
+    horizon = ref_acts[0][head].shape[0]  # groot denoises its own horizon beside pi; alone it is asked for that
+    with MultiTaskPolicy(model, QwenTokenizer(builtin_qwen_tokenizer()), robot="libero", seed=0, num_slots=4,
+                         action_horizon=horizon) as policy:
+        for f in range(2):
+            a, _ = policy.act(make_obs("libero", rng))
+            np.testing.assert_array_equal(a, ref_acts[f][head], err_msg=f"{head} alone in the model, frame {f}")

@@ -180,7 +180,7 @@ def test_family_xr0_on_another_folder(lerobot_fixture_dir, tmp_path):
         MultiTaskPolicy.from_pretrained(root, family="xr0")
     with pytest.raises(UnsupportedCheckpointError, match=r"family='xr0': .* \(no config.json; "):
         MultiTaskPolicy.from_pretrained(tmp_path, family="xr0")
-    with pytest.raises(ValueError, match=r"family must be one of \(.*'openpi-training', 'xr0'\), got 'jax'"):
+    with pytest.raises(ValueError, match=r"family must be one of \(.*'openpi-training', 'xr0', 'starvla'\), got 'jax'"):
         MultiTaskPolicy.from_pretrained(root, family="jax")
 
 

@@ -259,8 +259,35 @@ def workloads(results: dict, folder: Path) -> str:
     return "workloads.png"
 
 
+def experts(results: dict, folder: Path) -> str:
+    """Paper Table 4: speedup over isolated against the number of action experts E on one prefill, per N (oxygen
+    solid, shared dotted), each with its ideal-time model dashed beside it."""
+    points = [p for p in results["points"] if p["workload"] == "fixed" and "frame_ms_mean" in p]
+    es = sorted({p.get("E", 1) for p in points})
+    if len(es) < 2:
+        raise Skip("one expert count only (--heads 1,2,3 sweeps E)")
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    colors = plt.cm.viridis(np.linspace(0, 0.85, len({p["N"] for p in points})))
+    for color, n in zip(colors, sorted({p["N"] for p in points})):
+        for mode, style in (("oxygen", "-o"), ("shared", ":s")):
+            row = [next((p for p in points if p["mode"] == mode and p["N"] == n and p.get("E", 1) == e), None) for e in es]
+            meas = [p.get("speedup_vs_isolated") if p else np.nan for p in row]
+            ideal = [p.get("ideal_speedup_vs_isolated") if p else np.nan for p in row]
+            ax.plot(es, [np.nan if v is None else v for v in meas], style, color=color, label=f"{mode} N={n}")
+            if mode == "oxygen":
+                ax.plot(es, [np.nan if v is None else v for v in ideal], "--", color=color, alpha=0.6)
+    ax.axhline(1.0, color=MODE_COLORS["isolated"], lw=0.8)
+    ax.set_xticks(es)
+    ax.set_xlabel("action experts on one prefill (paper's E = this + 1, counting language)")
+    ax.set_ylabel("speedup over isolated (dashed: ideal)")
+    ax.set_title("Several action experts on one prefill (paper Table 4)")
+    ax.legend(fontsize=7, ncol=2)
+    return _save(fig, folder, "experts.png")
+
+
 ALL = {
     "frontier": frontier,
+    "experts": experts,
     "speedup_heatmap": speedup_heatmap,
     "ablation": ablation,
     "stage_breakdown": stage_breakdown,

@@ -95,7 +95,7 @@ class BenchConfig:
 # Named runs. `gpu`: the pi0.5-dims LIBERO sweep the issue asks to fit in 8 minutes on one H200 (N=30, k in {1, 5},
 # plus isolated and shared; N=5 for the sharing ratio; S=5 for the heatmap's second column; a 3,000-frame soak).
 # `cpu`: the `small` LIBERO sweep in docs/benchmarks.md. `smoke`: every output from a `tiny` run in seconds.
-# `xr0-cpu`, `heads-cpu`: paper Tables 1 (XR0 row) and 4 on a CPU (docs/benchmarks.md).
+# `xr0-cpu`, `heads-cpu`, `starvla-cpu`: paper Tables 1 (XR0 row) and 4 on a CPU (docs/benchmarks.md).
 PRESETS: dict[str, dict] = {
     "gpu": dict(
         model="pi05", robot="libero", device="cuda", modes=("isolated", "shared", "oxygen"), N=(5, 30), k=(1, 5),
@@ -114,6 +114,12 @@ PRESETS: dict[str, dict] = {
     "heads-cpu": dict(
         model="multi-small", robot="libero", device="cpu", modes=("isolated", "shared", "oxygen"), N=(5, 30), k=(5,),
         S=(10,), heads=(1, 2, 3), frames=16,
+    ),
+    # The same on StarVLA (starvla-small: pi, groot, oft on one Qwen3-VL prefill); E = 1, 2, 3 action heads is the
+    # paper's E = 2, 3, 4 (it counts language). S = 4: both flow heads' own Euler steps (OFT regresses in one pass).
+    "starvla-cpu": dict(
+        model="starvla-small", robot="libero", device="cpu", modes=("isolated", "shared", "oxygen"), N=(5, 10, 30),
+        k=(5,), S=(4,), heads=(1, 2, 3), frames=48,
     ),
     "smoke": dict(
         model="tiny", robot="libero", device="cpu", modes=ALL_MODES, N=(2, 6), k=(1, 3), S=(10, 5), frames=6,

@@ -82,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--out", default=None,
                    help="results folder; rerunning with the same one resumes (default runs/eval)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    ConventionOverrides.add_arguments(parser)
+    ConventionOverrides.add_arguments(parser, vlm_config=False)
     g = parser.add_argument_group("live control (the world moves while the policy thinks; docs/live-control.md)")
     g.add_argument("--live", default=None, metavar="LATENCY",
                    help="measured (each call's wall time), fixed:MS, or model:FILE (stage costs JSON, or a bench "

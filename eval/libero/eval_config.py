@@ -20,8 +20,9 @@ HANDOVERS = ("switch", "blend")  # --handover for --execution async
 DTYPES = ("float32", "bfloat16", "float16")  # torch dtype names
 
 # The ConventionOverrides fields an evaluation records, under their own names (EvalConfig has a field for each); the
-# image resize follows --protocol, and a hub revision is no eval option.
-CONVENTION_FIELDS = tuple(n for n in ConventionOverrides.names() if n not in ("image_resize", "revision"))
+# image resize follows --protocol, and a hub revision, StarVLA's backbone folder and head subset are no eval options.
+CONVENTION_FIELDS = tuple(n for n in ConventionOverrides.names()
+                          if n not in ("image_resize", "revision", "vlm_config", "heads"))
 
 # The tokenizer is a path on this machine, not result-deciding: the other conventions are.
 RESULT_FIELDS = ("checkpoint", "robot", "mode", "decode_budget", "target_action_hz", "language_tasks", "protocol",

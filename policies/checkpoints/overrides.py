@@ -42,11 +42,15 @@ class ConventionOverrides:
     family: str | None = None  # which project wrote the checkpoint (model_io.checkpoint_family_names()), not detected
     image_resize: str | None = None  # one of IMAGE_RESIZES
     revision: str | None = None  # hub revision of a hub id
+    vlm_config: Any = None  # StarVLA: the backbone's folder (its config.json + tokenizer), when not found offline
+    heads: tuple[str, ...] | None = None  # StarVLA: which of the checkpoint's action heads to load (serve's --heads)
 
     def __post_init__(self) -> None:
         _check(self)
         if self.camera_map is not None:  # a copy: the caller's dict may change later, the record may not
             object.__setattr__(self, "camera_map", dict(self.camera_map))
+        if self.heads is not None:
+            object.__setattr__(self, "heads", tuple(self.heads))
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -72,8 +76,9 @@ class ConventionOverrides:
 
     # ------------------------------------------------------------------ the command-line flags
     @staticmethod
-    def add_arguments(parser: argparse.ArgumentParser) -> None:
-        """The checkpoint-convention flags of inspect, eval, demo and serve (dest = the field name)."""
+    def add_arguments(parser: argparse.ArgumentParser, *, vlm_config: bool = True) -> None:
+        """The checkpoint-convention flags of inspect, eval, demo and serve (dest = the field name). `vlm_config`:
+        offer --vlm-config (eval and demo record no backbone folder in their results, so they leave it out)."""
         g = parser.add_argument_group("checkpoint conventions (each overrides a value read or guessed from the checkpoint)")
         g.add_argument("--tokenizer", default=None, metavar="PATH",
                        help="PaliGemma SentencePiece model (file, or folder holding tokenizer.model); XR0: a Qwen "
@@ -91,14 +96,18 @@ class ConventionOverrides:
         ds.add_argument("--no-discrete-state", dest="discrete_state", action="store_const", const=False,
                         help="prompt without state (openpi's pi05_libero)")
         g.add_argument("--action-horizon", type=int, default=None, help="actions denoised (default: the checkpoint's chunk)")
+        if vlm_config:
+            g.add_argument("--vlm-config", default=None, metavar="PATH",
+                           help="StarVLA: the backbone folder (config.json + tokenizer) its config.yaml names by hub id")
         g.add_argument("--family", default=None,
                        help="override the detected family: ours, lerobot<=0.4.4, lerobot>=0.5, openpi, "
-                            "openpi-training, xr0")
+                            "openpi-training, xr0, starvla")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ConventionOverrides:
         """The record from the flags `add_arguments` added; a ValueError names the flag that is wrong."""
-        values = {n: getattr(args, n, None) for n in cls.names()}
+        # `heads` has no flag here: a command that selects heads (serve's --heads) passes them to from_pretrained itself
+        values = {n: getattr(args, n, None) for n in cls.names() if n != "heads"}
         values["camera_map"] = parse_camera_map(values["camera_map"])
         try:
             return cls(**values)
@@ -140,6 +149,12 @@ def _check(o: ConventionOverrides) -> None:
     if o.camera_map is not None and not isinstance(o.camera_map, Mapping):
         raise OverrideError("camera_map", f"camera_map must be a dict robot camera -> checkpoint image feature, got "
                                           f"{type(o.camera_map).__name__}")
+    if o.vlm_config is not None and not isinstance(o.vlm_config, (str, os.PathLike)):
+        raise OverrideError("vlm_config", f"vlm_config must be a folder path, got {type(o.vlm_config).__name__}")
+    h = o.heads
+    if h is not None and (isinstance(h, str) or not isinstance(h, Iterable) or not list(h)
+                          or not all(isinstance(x, str) for x in h) or len(set(h)) != len(list(h))):
+        raise OverrideError("heads", f"heads must be a non-empty list of distinct head names, got {h!r}")
     if o.norm_stats is not None and not isinstance(o.norm_stats, (str, os.PathLike, Mapping)):
         raise OverrideError("norm_stats", f"norm_stats must be a dict, a path or 'identity', got "
                                           f"{type(o.norm_stats).__name__}")

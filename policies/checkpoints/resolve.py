@@ -91,6 +91,11 @@ def checkpoint_root(name_or_path, revision: str | None = None) -> Path:
                 f"{WEIGHTS_FILE} (install the package with its trained assets, or pass a checkpoint folder)"
             )
         return folder
+    from oxygen_gym.model.starvla.starvla_checkpoint import is_starvla_run
+
+    path = Path(name_or_path).expanduser()
+    if path.is_file() and is_starvla_run(path):  # StarVLA names RUN/checkpoints/NAME.pt itself (base_framework.py)
+        return path
     return resolve_checkpoint(name_or_path, revision)
 
 

@@ -2,8 +2,8 @@
 writes the slot KV and, from the same pass, the hidden-state taps its heads read (`PrefixState.extras`), and up to
 three action heads that consume it in three ways (starvla_config.py):
 
-- `pi`: every layer's hidden state, projected per layer; the projected K/V are computed in the prefill, once;
-- `groot`: the last layer's hidden state, through its own features layers; its K/V computed in the prefill, once;
+- `pi`: every layer's hidden state, projected per layer; the projected K/V computed once per frame;
+- `groot`: the last layer's hidden state, through its own features layers; its K/V computed once per frame;
 - `oft`: query tokens continuing the prefix through the backbone (its `extend`, writing past the prefix only),
   regressed from the last layer's hidden state at the queries.
 
@@ -12,8 +12,12 @@ three action heads that consume it in three ways (starvla_config.py):
 transformers it pins (requirements.txt: 4.57.0) is the last decoder layer's output *before* the final RMSNorm
 (tests/test_qwen3_vl_parity.py checks this on 4.57.x): real checkpoints were trained on the un-normed state.
 
-Taps are padded to `max_prefix_length()` positions so the static (graph) form has fixed shapes; the eager form reads
-only up to the batch's longest prefix. Language decoding continues the prefix through `extend` / `decode_step`.
+The prefill keeps the hidden states its heads read (`PrefixState.extras`: `layers` for pi, `last` for groot); each
+head turns them into its cross-attention K/V when it denoises, once per call (the Euler steps reuse them). So a head's
+own work stays in its denoise: a prefill that feeds no head (a language request's in `isolated`, the baseline's
+per-head prefills) costs the backbone alone, and `isolated` vs `shared` compares prefills, not taps. Taps are padded
+to `max_prefix_length()` positions so the static (graph) form has fixed shapes; the eager form reads only up to the
+batch's longest prefix. Language decoding continues the prefix through `extend` / `decode_step`.
 """
 from __future__ import annotations
 
@@ -82,40 +86,46 @@ class StarVLAModel(nn.Module, EngineModel):
 
     def tap_bytes(self, positions: int | None = None) -> dict[str, int]:
         """Bytes one row's taps take per head at `positions` prefix positions (None: the padded maximum): what a
-        head costs besides the shared KV."""
+        head costs besides the shared KV (pi: every layer's hidden state; groot: the last one and the state)."""
         n = self.max_prefix_length() if positions is None else positions
         size = torch.tensor([], dtype=self.dtype).element_size()
-        out = {}
-        for name, head in self.heads.items():
-            if name == "oft":
-                out[name] = 0  # reads the backbone through the cache: no tap
-                continue
-            d = head.dims
-            out[name] = 2 * len(head.model.cross_blocks) * d.width * n * size + (
-                d.max_state_dim * 4 if name == "groot" else 0)
-        return out
+        w, layers = self.config.backbone_width, self.config.backbone_layers
+        per_head = {"pi": layers * w * n * size, "groot": w * n * size + self.config.groot.max_state_dim * size,
+                    "oft": 0}  # oft reads the backbone through the cache: no tap
+        return {name: per_head[name] for name in self.heads}
 
     # ---------------------------------------------------------------- stages
     def prefill_frame(self, cache: KVCache, inputs: XR0PrefixInputs) -> PrefixState:
-        """The backbone over the prefix (KV into `cache` rows [0, B)) and, from the same pass, each head's taps."""
-        pi = "pi" in self.heads
-        layers = pi or "groot" in self.heads  # groot reads the last layer's output before the final norm
+        """The backbone over the prefix (KV into `cache` rows [0, B)) and, from the same pass, the hidden states the
+        heads read: every layer's output for pi, the last one (before the final norm) for groot."""
+        pi, groot = "pi" in self.heads, "groot" in self.heads
         pre = self.vlm.prefill(cache, inputs.input_ids, inputs.pixel_values, inputs.image_grid_thw, inputs.lengths,
-                               output_hidden_states=layers)
+                               output_hidden_states=pi or groot)
         width = self.max_prefix_length()
         t = pre.hidden.shape[1]
         if t > width:
             raise ValueError(f"prefix of {t} positions exceeds the model's max_prefix_length() = {width}")
         extras: dict[str, torch.Tensor] = {}
         with torch.inference_mode():
-            mask = torch.arange(t, device=self.device)[None] < pre.lengths[:, None]
             if pi:
-                extras.update(self.heads["pi"].taps(pre.hidden_states[1:]))
-            if "groot" in self.heads:
-                extras.update(self.heads["groot"].taps(pre.hidden_states[-1], mask))
+                extras["layers"] = _pad_positions(torch.stack(pre.hidden_states[1:], 1), width)  # [B, L, T, W]
+            elif groot:
+                extras["last"] = _pad_positions(pre.hidden_states[-1], width)  # [B, T, W]
+            if groot:
                 extras["state"] = self._groot_state(inputs.state)
-            extras = {k: _pad_positions(v, width) if k != "state" else v for k, v in extras.items()}
         return PrefixState(pre.lengths, pre.next_positions, extras)
+
+    def _head_taps(self, head: str, extras: dict[str, torch.Tensor], lengths: torch.Tensor, static: bool):
+        """`head`'s cross-attention K/V from the prefill's hidden states (once per denoise call), read up to the
+        batch's longest prefix (the padded width when `static`)."""
+        src = extras["layers"] if "layers" in extras else extras["last"]
+        read = src.shape[-2] if static else int(lengths.max())
+        if head == "pi":
+            layers = extras["layers"][:, :, :read]
+            return self.heads["pi"].taps(list(layers.unbind(1)))
+        last = extras["layers"][:, -1, :read] if "layers" in extras else extras["last"][:, :read]
+        mask = torch.arange(read, device=lengths.device)[None] < lengths[:, None]
+        return {**self.heads["groot"].taps(last, mask), "state": extras["state"]}
 
     def _groot_state(self, state: torch.Tensor) -> torch.Tensor:
         d = self.config.groot.max_state_dim
@@ -134,13 +144,14 @@ class StarVLAModel(nn.Module, EngineModel):
                 raise ValueError("guidance: head 'oft' regresses its chunk in one pass (no flow loop), so real-time "
                                  "chunking cannot guide it; pass guidance for the flow heads only ('pi', 'groot')")
             return self._oft_actions(cache, state, noise.shape[1], static)
+        with torch.inference_mode():
+            taps = self._head_taps(head, state.extras, state.lengths, static)
         if guidance is not None and guidance.method == "guided":  # a backward pass: autograd, outside inference mode
             with torch.inference_mode(False), torch.no_grad():
-                return self.heads[head].sample(state.extras, state.lengths, noise, num_steps, static=static,
+                return self.heads[head].sample(taps, state.lengths, noise, num_steps, static=static,
                                                guidance=guidance)
         with torch.inference_mode():
-            return self.heads[head].sample(state.extras, state.lengths, noise, num_steps, static=static,
-                                           guidance=guidance)
+            return self.heads[head].sample(taps, state.lengths, noise, num_steps, static=static, guidance=guidance)
 
     def _oft_actions(self, cache: KVCache, state: PrefixState, horizon: int, static: bool) -> torch.Tensor:
         """The queries after each row's prefix (cache indices from `lengths`, positions from `next_positions`):
@@ -163,12 +174,12 @@ class StarVLAModel(nn.Module, EngineModel):
 
 
 def _pad_positions(x: torch.Tensor, width: int) -> torch.Tensor:
-    """`[B, blocks, heads, T, D]` zero-padded to `width` positions (static shapes for the graph form)."""
-    t = x.shape[3]
+    """`[..., T, W]` zero-padded to `width` positions (static shapes for the graph form)."""
+    t = x.shape[-2]
     if t == width:
         return x
-    pad = torch.zeros(*x.shape[:3], width - t, x.shape[4], device=x.device, dtype=x.dtype)
-    return torch.cat([x, pad], 3)
+    pad = torch.zeros(*x.shape[:-2], width - t, x.shape[-1], device=x.device, dtype=x.dtype)
+    return torch.cat([x, pad], -2)
 
 
 # Random-weight backbones as the XR0 built-ins draw them (xr0_model.py: RESIDUAL_OUT_GAIN), so greedy text depends
