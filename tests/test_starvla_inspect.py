@@ -37,7 +37,7 @@ def test_inspect_shows_each_head_what_it_reads_horizon_and_steps(run, capsys):
     assert "chunk:      pi predicts its horizon; act() returns 6" in lines
     assert "stack the cups [STATE]" in out
     w = lines.index("warnings:")
-    assert "action normalisation mode not recorded" in lines[w + 1] and len(lines) == w + 3  # then the adapters line
+    assert "action normalisation mode not recorded" in lines[w + 1] and len(lines) == w + 2  # the guesses close the report
 
 
 def test_inspect_a_subset_and_the_errors(run, capsys):
