@@ -153,8 +153,8 @@ def _check(o: ConventionOverrides) -> None:
         raise OverrideError("vlm_config", f"vlm_config must be a folder path, got {type(o.vlm_config).__name__}")
     h = o.heads
     if h is not None and (isinstance(h, str) or not isinstance(h, Iterable) or not list(h)
-                          or not all(isinstance(x, str) for x in h) or len(set(h)) != len(list(h))):
-        raise OverrideError("heads", f"heads must be a non-empty list of distinct head names, got {h!r}")
+                          or not all(isinstance(x, str) for x in h)):  # names are checked against the model's
+        raise OverrideError("heads", f"heads: expected a non-empty list of head names, got {h!r}")
     if o.norm_stats is not None and not isinstance(o.norm_stats, (str, os.PathLike, Mapping)):
         raise OverrideError("norm_stats", f"norm_stats must be a dict, a path or 'identity', got "
                                           f"{type(o.norm_stats).__name__}")
