@@ -28,9 +28,10 @@ import torch
 from torch import nn
 
 from ...engine.kv_cache import KVCache
-from ...engine.model_api import ActionHead, EngineModel, KVLayout, PrefixState
+from ...engine.model_api import ActionHead, PrefixState
 from ...engine.rtc import Guidance
 from ..qwen3_vl import Qwen3VLBackbone
+from ..qwen_backed import QwenBackedModel
 from ..xr0.xr0_prefix import XR0PrefixInputs
 from .groot_head import GR00THead
 from .oft_head import OFTHead
@@ -41,30 +42,13 @@ HEAD_CLASSES = {"pi": PIHead, "groot": GR00THead, "oft": OFTHead}
 StarVLAPrefixInputs = XR0PrefixInputs  # the Qwen processor's ids, pixels, grids, and the robot state
 
 
-class StarVLAModel(nn.Module, EngineModel):
+class StarVLAModel(nn.Module, QwenBackedModel):
     def __init__(self, config: StarVLAConfig) -> None:
         super().__init__()
         self.config = config
         self.vlm = Qwen3VLBackbone(config.qwen3vl_config())
         self.heads = nn.ModuleDict({name: HEAD_CLASSES[name](config) for name in config.heads})
         self.requires_grad_(False)
-
-    # ---------------------------------------------------------------- what the engine allocates and checks
-    @property
-    def device(self) -> torch.device:
-        return self.vlm.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.vlm.dtype
-
-    @property
-    def kv_layout(self) -> KVLayout:
-        return self.vlm.kv_layout
-
-    @property
-    def image_size(self) -> int:
-        return self.config.image_size
 
     @property
     def action_heads(self) -> dict[str, ActionHead]:
@@ -74,15 +58,6 @@ class StarVLAModel(nn.Module, EngineModel):
         # OFT's queries take cache positions past the prefix (they run through the backbone); the flow heads read
         # their taps and write nothing.
         return {n: ActionHead(n, c.action_dim, *dims[n], writes_cache=n == "oft") for n in c.heads}
-
-    def max_prefix_length(self) -> int:
-        return self.config.max_prefix_length()
-
-    def prefix_length(self, inputs: XR0PrefixInputs) -> int:
-        return int(inputs.lengths[0])
-
-    def batch_prefix_inputs(self, inputs: Sequence[XR0PrefixInputs]) -> XR0PrefixInputs:
-        return XR0PrefixInputs.cat(inputs)
 
     def tap_bytes(self, positions: int | None = None) -> dict[str, int]:
         """Bytes one row's taps take per head at `positions` prefix positions (None: the padded maximum): what a
@@ -163,14 +138,6 @@ class StarVLAModel(nn.Module, EngineModel):
                                  state.next_positions, read_len=cache.capacity if static else None, normed=False)
         with torch.inference_mode():
             return oft.regress(hidden)
-
-    def extend(self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, positions: torch.Tensor | None = None,
-               read_len: int | None = None) -> torch.Tensor:
-        return self.vlm.extend(cache, tokens, start, positions, read_len)
-
-    def decode_step(self, cache: KVCache, last_tokens: torch.Tensor, positions: torch.Tensor,
-                    cache_index: torch.Tensor | None = None, read_len: int | None = None) -> torch.Tensor:
-        return self.vlm.decode_step(cache, last_tokens, positions, cache_index, read_len)
 
 
 def _pad_positions(x: torch.Tensor, width: int) -> torch.Tensor:

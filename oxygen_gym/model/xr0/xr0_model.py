@@ -8,16 +8,15 @@ Language decoding (the chain-of-thought text mode, or any task prompt) continues
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import torch
 from torch import nn
 
 from ...engine.kv_cache import KVCache
-from ...engine.model_api import ActionHead, EngineModel, KVLayout, PrefixState
+from ...engine.model_api import ActionHead, PrefixState
 from ...engine.rtc import Guidance
-from ..lora_bank import adapter_routing
 from ..qwen3_vl import Qwen3VLBackbone
+from ..qwen_backed import QwenBackedModel
 from .action_expert import XR0ActionExpert
 from .xr0_config import XR0Config
 from .xr0_prefix import XR0PrefixInputs
@@ -25,8 +24,7 @@ from .xr0_prefix import XR0PrefixInputs
 ACTION_HEAD = "actions"  # XR0 has one DiT expert
 
 
-class XR0Model(nn.Module, EngineModel):
-    language_layers = "vlm.model.language_model.layers"  # what per-task adapters may target (model/lora_bank.py)
+class XR0Model(nn.Module, QwenBackedModel):
 
     def __init__(self, config: XR0Config) -> None:
         super().__init__()
@@ -36,38 +34,11 @@ class XR0Model(nn.Module, EngineModel):
         self.dim_mask: torch.Tensor | None = None  # active action dims of the loaded statistics (None: all)
         self.requires_grad_(False)
 
-    # ---------------------------------------------------------------- what the engine allocates and checks
-    @property
-    def device(self) -> torch.device:
-        return self.vlm.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.vlm.dtype
-
-    @property
-    def kv_layout(self) -> KVLayout:
-        return self.vlm.kv_layout
-
-    @property
-    def image_size(self) -> int:
-        """Side of the square camera images the policy feeds the processor."""
-        return self.config.image_size
-
     @property
     def action_heads(self) -> dict[str, ActionHead]:
         c = self.config
         # The DiT's own K/V are joined inside attention, never written to the row: nothing reserved past the prefix.
         return {ACTION_HEAD: ActionHead(ACTION_HEAD, c.action_dim, c.horizon, c.num_steps, writes_cache=False)}
-
-    def max_prefix_length(self) -> int:
-        return self.config.max_prefix_length()
-
-    def prefix_length(self, inputs: XR0PrefixInputs) -> int:
-        return int(inputs.lengths[0])
-
-    def batch_prefix_inputs(self, inputs: Sequence[XR0PrefixInputs]) -> XR0PrefixInputs:
-        return XR0PrefixInputs.cat(inputs)
 
     def clear_caches(self) -> None:
         self.expert.clear_caches()
@@ -87,17 +58,6 @@ class XR0Model(nn.Module, EngineModel):
             cache, state.lengths, state.next_positions, noise, state.extras["state"], num_steps, static=static,
             dim_mask=self.dim_mask, guidance=guidance,
         )
-
-    def extend(self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, positions: torch.Tensor | None = None,
-               read_len: int | None = None, *, adapters: torch.Tensor | None = None) -> torch.Tensor:
-        with adapter_routing(self, adapters):  # the bank is this model's (its language layers are under vlm.)
-            return self.vlm.extend(cache, tokens, start, positions, read_len)
-
-    def decode_step(self, cache: KVCache, last_tokens: torch.Tensor, positions: torch.Tensor,
-                    cache_index: torch.Tensor | None = None, read_len: int | None = None, *,
-                    adapters: torch.Tensor | None = None) -> torch.Tensor:
-        with adapter_routing(self, adapters):
-            return self.vlm.decode_step(cache, last_tokens, positions, cache_index, read_len)
 
 
 # Random-weight backbones: token embeddings N(0, 1) and every matrix N(0, gain / sqrt(fan_in)), with the residual
