@@ -93,6 +93,37 @@ def _policy_call_record(policy: Any, index: int, step: int, n_actions: int, upda
     )
 
 
+@dataclass
+class EpisodeWrappers:
+    """What every episode loop (synchronous here, live in live_episode.py) sets up the same way: the checked
+    arguments and the recording wrappers (timing, narration, optional video) around the env."""
+
+    replan: int
+    options: dict
+    timer: StepTimer
+    narrator: NarrationRecorder
+    video: VideoRecorder | None
+    limit: int | None  # control steps at most (max_steps, else the env's own)
+
+
+def episode_wrappers(
+    env: gym.Env, *, replan: int | None, max_steps: int | None, init_state: int | None, options: dict | None,
+    video_dir: str | None, fps: float | None = None, video_name: str | None = None,
+) -> EpisodeWrappers:
+    replan = default_replan(env) if replan is None else replan
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer))
+                                  or max_steps < 1):
+        raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
+    options = dict(options or {})
+    if init_state is not None:
+        options["init_state"] = init_state
+    timer = StepTimer(env)
+    narrator = NarrationRecorder(timer)
+    video = VideoRecorder(narrator, video_dir, fps=fps, name=video_name) if video_dir is not None else None
+    limit = max_steps if max_steps is not None else getattr(env.unwrapped, "max_steps", None)
+    return EpisodeWrappers(replan, options, timer, narrator, video, limit)
+
+
 def run_episode(
     env: gym.Env,
     policy: Any,
@@ -115,20 +146,11 @@ def run_episode(
     is the latency reported (wall clock around act() when it has none). The video (with `video_dir`) is named after
     the env's episode id and the outcome, or `video_name` and the outcome.
     """
-    replan = default_replan(env) if replan is None else replan
-    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer))
-                                  or max_steps < 1):
-        raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
-    options = dict(options or {})
-    if init_state is not None:
-        options["init_state"] = init_state
-
-    timer = StepTimer(env)
-    narrator = NarrationRecorder(timer)
-    video = VideoRecorder(narrator, video_dir, fps=fps, name=video_name) if video_dir is not None else None
+    w = episode_wrappers(env, replan=replan, max_steps=max_steps, init_state=init_state, options=options,
+                         video_dir=video_dir, fps=fps, video_name=video_name)
+    replan, options, timer, narrator, video, limit = w.replan, w.options, w.timer, w.narrator, w.video, w.limit
     player = ActionChunkPlayer(video or narrator, replan)
     action_dim = player.action_space.shape[1]
-    limit = max_steps if max_steps is not None else getattr(env.unwrapped, "max_steps", None)
 
     if reset_policy and hasattr(policy, "reset"):
         policy.reset()

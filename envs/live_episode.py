@@ -15,10 +15,9 @@ from tqdm import tqdm
 
 from oxygen_gym.policies.async_policy import AsyncPolicy, ChunkRecord
 
-from .episode import EpisodeResult, default_replan
+from .episode import EpisodeResult, episode_wrappers
 from .live_clock import LiveClock
-from .video import VideoRecorder
-from .wrappers import NarrationRecorder, PolicyCall, StepTimer, notify_policy_call
+from .wrappers import PolicyCall, notify_policy_call
 
 
 def live_summary(ap: AsyncPolicy, clock: LiveClock) -> dict:
@@ -78,23 +77,15 @@ def run_live_episode(
     """One episode on the live clock. `policy` is a policy with act(obs) (wrapped in an AsyncPolicy for this
     episode) or an AsyncPolicy already. Arguments as run_episode's, plus AsyncPolicy's; `policy_seed` resets the
     policy with that seed."""
-    replan = default_replan(env) if replan is None else replan
-    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer))
-                                  or max_steps < 1):
-        raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
-    options = dict(options or {})
-    if init_state is not None:
-        options["init_state"] = init_state
-    timer = StepTimer(env)
-    narrator = NarrationRecorder(timer)
-    video = VideoRecorder(narrator, video_dir, name=video_name) if video_dir is not None else None
+    w = episode_wrappers(env, replan=replan, max_steps=max_steps, init_state=init_state, options=options,
+                         video_dir=video_dir, video_name=video_name)
+    replan, options, timer, narrator, video, limit = w.replan, w.options, w.timer, w.narrator, w.video, w.limit
     clock = LiveClock(video or narrator, control_dt=control_dt)
     own = not isinstance(policy, AsyncPolicy)
     ap = AsyncPolicy(policy, control_dt=clock.control_dt, latency=latency, execution=execution, handover=handover,
                      replan=replan, threshold=threshold, blend_weight=blend_weight,
                      hide_decode=hide_decode) if own else policy
     ap.reset(seed=policy_seed)
-    limit = max_steps if max_steps is not None else getattr(env.unwrapped, "max_steps", None)
     t_start = time.perf_counter()
     labels: list = []
     memory: list = []
