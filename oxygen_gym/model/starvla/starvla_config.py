@@ -18,6 +18,8 @@ import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..qwen3_vl.backbone_config import BackboneViews, backbone_dict, builtin_specials, mrope
+
 HEAD_NAMES = ("pi", "groot", "oft")
 
 
@@ -90,7 +92,7 @@ class OFTDims:
 
 
 @dataclass(frozen=True)
-class StarVLAConfig:
+class StarVLAConfig(BackboneViews):
     """A Qwen3-VL backbone and the heads named in `heads` (any non-empty subset of `HEAD_NAMES`, in that order).
     `action_dim`: every head's action width (model space); `state_dim`: the robot state the prompt bins (and GR00T
     reads, zero-padded to its max_state_dim)."""
@@ -114,33 +116,6 @@ class StarVLAConfig:
             raise ValueError(f"heads: expected a non-empty subset of {HEAD_NAMES} without repeats, got {list(heads)}")
         if self.state_dim > self.groot.max_state_dim:
             raise ValueError(f"state_dim {self.state_dim} exceeds groot.max_state_dim {self.groot.max_state_dim}")
-
-    # ---------------------------------------------------------------- backbone views
-    @property
-    def text_config(self) -> dict[str, Any]:
-        return self.backbone["text_config"]
-
-    @property
-    def backbone_layers(self) -> int:
-        return self.text_config["num_hidden_layers"]
-
-    @property
-    def backbone_width(self) -> int:
-        return self.text_config["hidden_size"]
-
-    @property
-    def tokens_per_image(self) -> int:
-        v = self.backbone["vision_config"]
-        side = self.image_size // (v["patch_size"] * v["spatial_merge_size"])
-        return side * side
-
-    def max_prefix_length(self) -> int:
-        return self.max_images * self.tokens_per_image + self.max_prompt_tokens
-
-    def qwen3vl_config(self):
-        from transformers import Qwen3VLConfig
-
-        return Qwen3VLConfig(**copy.deepcopy(self.backbone))
 
     def with_heads(self, heads) -> "StarVLAConfig":
         """The same dims keeping only `heads` (in the order given)."""
@@ -172,21 +147,7 @@ class StarVLAConfig:
 
 
 def _backbone(text: dict[str, Any], vision: dict[str, Any], vocab: int, tied: bool) -> dict[str, Any]:
-    from ..xr0.xr0_config import BUILTIN_SPECIALS
-
-    image, video, start, end = BUILTIN_SPECIALS
-    text = {"vocab_size": vocab, "tie_word_embeddings": tied, "rms_norm_eps": 1e-6, "hidden_act": "silu", **text}
-    return {
-        "text_config": text,
-        "vision_config": {"in_channels": 3, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
-                          "hidden_act": "gelu_pytorch_tanh", **vision},
-        "image_token_id": image, "video_token_id": video, "vision_start_token_id": start,
-        "vision_end_token_id": end, "tie_word_embeddings": tied,
-    }
-
-
-def _mrope(sections: list[int]) -> dict[str, Any]:
-    return {"rope_type": "default", "mrope_section": sections, "mrope_interleaved": True}
+    return backbone_dict(text, vision, vocab, builtin_specials(), tied)
 
 
 def _query_token() -> int:
@@ -199,7 +160,7 @@ def _query_token() -> int:
 def _tiny() -> StarVLAConfig:
     text = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4,
             "num_key_value_heads": 2, "head_dim": 16, "rope_theta": 10000.0, "max_position_embeddings": 4096,
-            "rope_scaling": _mrope([4, 2, 2])}
+            "rope_scaling": mrope([4, 2, 2])}
     vision = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
               "num_position_embeddings": 16, "deepstack_visual_indexes": [0]}
     return StarVLAConfig(
@@ -216,7 +177,7 @@ def _tiny() -> StarVLAConfig:
 def _small() -> StarVLAConfig:
     text = {"hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 6, "num_attention_heads": 4,
             "num_key_value_heads": 2, "head_dim": 64, "rope_theta": 5_000_000.0, "max_position_embeddings": 8192,
-            "rope_scaling": _mrope([16, 8, 8])}
+            "rope_scaling": mrope([16, 8, 8])}
     vision = {"depth": 2, "hidden_size": 128, "intermediate_size": 256, "num_heads": 2, "out_hidden_size": 256,
               "num_position_embeddings": 64, "deepstack_visual_indexes": [0, 1]}
     return StarVLAConfig(
@@ -234,7 +195,7 @@ def _full() -> StarVLAConfig:
     # horizon 16, 4 steps), QwenGR00T's DiT-B (768, 12 x 64, 16 layers, horizon 8, 4 steps), QwenOFT (chunk 8).
     text = {"hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32,
             "num_key_value_heads": 8, "head_dim": 128, "rope_theta": 5_000_000.0,
-            "max_position_embeddings": 262144, "rope_scaling": _mrope([24, 20, 20])}
+            "max_position_embeddings": 262144, "rope_scaling": mrope([24, 20, 20])}
     vision = {"depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16, "out_hidden_size": 2560,
               "num_position_embeddings": 2304, "deepstack_visual_indexes": [5, 11, 17]}
     return StarVLAConfig(_backbone(text, vision, 151936, True), oft=OFTDims(horizon=8, query_token=_query_token()),

@@ -10,6 +10,8 @@ import copy
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..qwen3_vl.backbone_config import BackboneViews, backbone_dict, builtin_specials, mrope
+
 
 @dataclass(frozen=True)
 class DiTDims:
@@ -31,7 +33,7 @@ class DiTDims:
 
 
 @dataclass(frozen=True)
-class XR0Config:
+class XR0Config(BackboneViews):
     """XR0 = Qwen3-VL backbone + DiT reading the raw K/V of the backbone's last `read_layers` layers.
 
     `window`: an action token sees the actions j with i - window <= j <= i (None: every earlier action, plain causal).
@@ -76,29 +78,6 @@ class XR0Config:
 
     # ---------------------------------------------------------------- backbone views
     @property
-    def text_config(self) -> dict[str, Any]:
-        return self.backbone["text_config"]
-
-    @property
-    def backbone_layers(self) -> int:
-        return self.text_config["num_hidden_layers"]
-
-    @property
-    def backbone_head_dim(self) -> int:
-        t = self.text_config
-        return t.get("head_dim") or t["hidden_size"] // t["num_attention_heads"]
-
-    @property
-    def tokens_per_image(self) -> int:
-        """Merged vision tokens of one `image_size` square camera image."""
-        v = self.backbone["vision_config"]
-        side = self.image_size // (v["patch_size"] * v["spatial_merge_size"])
-        return side * side
-
-    def max_prefix_length(self) -> int:
-        return self.max_images * self.tokens_per_image + self.max_prompt_tokens
-
-    @property
     def rope_theta(self) -> float:
         return float(self.text_config.get("rope_theta", 5_000_000.0))
 
@@ -107,12 +86,6 @@ class XR0Config:
         """Index of the first backbone layer the DiT reads: its layer i reads backbone layer first + i (the tail,
         XR0.py `DiT.forward`: start_idx = len(past_key_values) - layer_num)."""
         return self.backbone_layers - self.read_layers
-
-    def qwen3vl_config(self):
-        """The backbone as a `transformers.Qwen3VLConfig`."""
-        from transformers import Qwen3VLConfig
-
-        return Qwen3VLConfig(**copy.deepcopy(self.backbone))
 
     def with_tied_head(self, tied: bool = True) -> "XR0Config":
         """The same dims with the LM head tied to the token embeddings (the published XR0) or not (built-ins)."""
@@ -144,55 +117,29 @@ class XR0Config:
         return _BUILTINS[name]()
 
 
-def _backbone(text: dict[str, Any], vision: dict[str, Any], vocab: int, specials: tuple[int, int, int, int],
-              tied: bool = False):
-    """Random-weight built-ins leave the LM head untied (a random tied head mostly repeats its input token, so the
-    text would be degenerate and language tests vacuous); the published XR0 ties it."""
-    image, video, start, end = specials
-    text = {"vocab_size": vocab, "tie_word_embeddings": tied, "rms_norm_eps": 1e-6, "hidden_act": "silu", **text}
-    return {
-        "text_config": text,
-        "vision_config": {"in_channels": 3, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
-                          "hidden_act": "gelu_pytorch_tanh", **vision},
-        "image_token_id": image, "video_token_id": video, "vision_start_token_id": start,
-        "vision_end_token_id": end, "tie_word_embeddings": tied,
-    }
-
-
-def _builtin_specials() -> tuple[int, int, int, int]:
-    """(image pad, video pad, vision start, vision end) ids of the built-in byte-level Qwen tokenizer."""
-    from ..qwen3_vl.qwen_tokenizer import SPECIAL_IDS as ids
-
-    return ids["<|image_pad|>"], ids["<|video_pad|>"], ids["<|vision_start|>"], ids["<|vision_end|>"]
-
-
-BUILTIN_SPECIALS = _builtin_specials()
-
-
-def _mrope(sections: list[int]) -> dict[str, Any]:
-    # transformers 4.57 spelling (5.x: rope_parameters); the sections sum to head_dim / 2
-    return {"rope_type": "default", "mrope_section": sections, "mrope_interleaved": True}
+# the built-in byte-level tokenizer's vision ids (kept under this name: StarVLA's built-ins and tests use them)
+BUILTIN_SPECIALS = builtin_specials()
 
 
 def _tiny() -> XR0Config:
     text = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
             "num_key_value_heads": 2, "head_dim": 16, "rope_theta": 10000.0, "max_position_embeddings": 4096,
-            "rope_scaling": _mrope([4, 2, 2])}
+            "rope_scaling": mrope([4, 2, 2])}
     vision = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
               "num_position_embeddings": 16, "deepstack_visual_indexes": [0]}
     dit = DiTDims(depth=2, width=64, heads=4, kv_heads=2, head_dim=16, mlp_dim=256)
-    return XR0Config(_backbone(text, vision, 300, BUILTIN_SPECIALS), dit, read_layers=2, action_dim=16, state_dim=16,
+    return XR0Config(backbone_dict(text, vision, 300, BUILTIN_SPECIALS), dit, read_layers=2, action_dim=16, state_dim=16,
                      image_size=64)
 
 
 def _small() -> XR0Config:
     text = {"hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 6, "num_attention_heads": 4,
             "num_key_value_heads": 2, "head_dim": 64, "rope_theta": 5_000_000.0, "max_position_embeddings": 8192,
-            "rope_scaling": _mrope([16, 8, 8])}
+            "rope_scaling": mrope([16, 8, 8])}
     vision = {"depth": 2, "hidden_size": 128, "intermediate_size": 256, "num_heads": 2, "out_hidden_size": 256,
               "num_position_embeddings": 64, "deepstack_visual_indexes": [0, 1]}
     dit = DiTDims(depth=4, width=256, heads=4, kv_heads=2, head_dim=64, mlp_dim=1024)
-    return XR0Config(_backbone(text, vision, 1024, BUILTIN_SPECIALS), dit, read_layers=4, action_dim=16,
+    return XR0Config(backbone_dict(text, vision, 1024, BUILTIN_SPECIALS), dit, read_layers=4, action_dim=16,
                      state_dim=16, image_size=128)
 
 
@@ -201,13 +148,13 @@ def _full() -> XR0Config:
     # XR0.py / physical-ai-studio config.py (16 layers, 1024 wide, head_dim 128, 8 KV heads, 30 x 32 actions).
     text = {"hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32,
             "num_key_value_heads": 8, "head_dim": 128, "rope_theta": 5_000_000.0,
-            "max_position_embeddings": 262144, "rope_scaling": _mrope([24, 20, 20])}
+            "max_position_embeddings": 262144, "rope_scaling": mrope([24, 20, 20])}
     vision = {"depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16, "out_hidden_size": 2560,
               "num_position_embeddings": 2304, "deepstack_visual_indexes": [5, 11, 17]}
     # Special ids are the built-in tokenizer's (a published checkpoint's config.json carries Qwen's own).
     # Tied as published (the parameter count is the real one); its random greedy text repeats, which the full-size
     # built-in (benchmarks, GPU checks) does not test.
-    return XR0Config(_backbone(text, vision, 151936, BUILTIN_SPECIALS, tied=True), DiTDims(), read_layers=16)
+    return XR0Config(backbone_dict(text, vision, 151936, BUILTIN_SPECIALS, tied=True), DiTDims(), read_layers=16)
 
 
 _BUILTINS = {"xr0-tiny": _tiny, "xr0-small": _small, "xr0": _full}
