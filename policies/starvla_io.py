@@ -4,7 +4,6 @@ patched by transformers' own Qwen3-VL processor; language tasks as a follow-up u
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from oxygen_gym.model.pi05.prompt import resize_with_pad
 from oxygen_gym.model.qwen3_vl.qwen_tokenizer import QwenTokenizer, builtin_qwen_tokenizer
@@ -48,15 +47,7 @@ class StarVLAIO(ModelIO):
         if text_tokens > c.max_prompt_tokens:
             raise ObservationError(f"obs['prompt']: the prompt takes {text_tokens} text tokens with its template and "
                                    f"state bins; the model's slots hold {c.max_prompt_tokens}")
-        padded = np.zeros(c.state_dim, np.float32)
-        padded[: robot_state.shape[0]] = robot_state
-        dev = self.model.device
-        pix, grid = out.get("pixel_values"), out.get("image_grid_thw")
-        return XR0PrefixInputs(
-            ids.to(dev), torch.tensor([ids.shape[1]], device=dev),
-            None if pix is None else pix.to(dev, self.model.dtype), None if grid is None else grid.to(dev),
-            torch.from_numpy(padded)[None].to(dev),
-        )
+        return XR0PrefixInputs.from_processor(out, robot_state, c.state_dim, self.model.device, self.model.dtype)
 
     def task_prompt_ids(self, prompt: str) -> list[int]:
         return self.tokenizer.encode(starvla_prompt.language_turn(prompt))

@@ -5,7 +5,6 @@ tasks as a chain-of-thought follow-up turn after the prefix."""
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from oxygen_gym.model.pi05.prompt import resize_with_pad
 from oxygen_gym.model.qwen3_vl.qwen_inputs import ImageOnlyQwen3VLProcessor
@@ -80,18 +79,10 @@ class XR0IO(ModelIO):
                 f"obs['prompt']: the prompt takes {text_tokens} text tokens with its template; the model's slots hold "
                 f"{c.max_prompt_tokens} (a shorter instruction, or a config with a larger max_prompt_tokens)"
             )
-        dev = self.model.device
         robot_state = self.state_norm.normalize(self.robot.state_to_model(state.astype(np.float32)))
         if robot_state.shape[0] > c.state_dim:
             raise ObservationError(f"obs['state']: {robot_state.shape[0]} dims, the model's DiT takes {c.state_dim}")
-        padded = np.zeros(c.state_dim, np.float32)
-        padded[: robot_state.shape[0]] = robot_state
-        pix, grid = out.get("pixel_values"), out.get("image_grid_thw")
-        return XR0PrefixInputs(
-            ids.to(dev), torch.tensor([ids.shape[1]], device=dev),
-            None if pix is None else pix.to(dev, self.model.dtype), None if grid is None else grid.to(dev),
-            torch.from_numpy(padded)[None].to(dev),
-        )
+        return XR0PrefixInputs.from_processor(out, robot_state, c.state_dim, self.model.device, self.model.dtype)
 
     def task_prompt_ids(self, prompt: str) -> list[int]:
         return self.tokenizer.encode(xr0_prompt.language_turn(prompt))

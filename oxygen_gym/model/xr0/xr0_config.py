@@ -117,7 +117,7 @@ class XR0Config(BackboneViews):
         return _BUILTINS[name]()
 
 
-# the built-in byte-level tokenizer's vision ids (kept under this name: StarVLA's built-ins and tests use them)
+# the built-in byte-level tokenizer's vision ids
 BUILTIN_SPECIALS = builtin_specials()
 
 

@@ -20,6 +20,22 @@ class XR0PrefixInputs:
     state: torch.Tensor
 
     @staticmethod
+    def from_processor(out, state, state_dim: int, device, dtype) -> "XR0PrefixInputs":
+        """One frame's bundle from a Qwen processor's output (`input_ids`, optional `pixel_values` /
+        `image_grid_thw`) and the normalised robot state (numpy, zero-padded to `state_dim`)."""
+        import numpy as np
+
+        ids = out["input_ids"]
+        padded = np.zeros(state_dim, np.float32)
+        padded[: state.shape[0]] = state
+        pix, grid = out.get("pixel_values"), out.get("image_grid_thw")
+        return XR0PrefixInputs(
+            ids.to(device), torch.tensor([ids.shape[1]], device=device),
+            None if pix is None else pix.to(device, dtype), None if grid is None else grid.to(device),
+            torch.from_numpy(padded)[None].to(device),
+        )
+
+    @staticmethod
     def cat(rows: Sequence["XR0PrefixInputs"]) -> "XR0PrefixInputs":
         if len(rows) == 1:
             return rows[0]
