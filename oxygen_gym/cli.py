@@ -22,6 +22,7 @@ NESTED: dict[tuple[str, str], tuple[str, str]] = {
     ("bench", "live"): ("oxygen_gym.eval.bench.live_bench_command", "success rate against latency per execution strategy (live clock)"),
     ("bench", "action-latency"): ("oxygen_gym.eval.bench.action_latency", "obs -> actions with the frame's decode hidden vs the whole frame (Sec. 4.7)"),
     ("bench", "rtc"): ("oxygen_gym.eval.bench.rtc_cost", "real-time chunking's cost per denoise step: plain vs cheap vs guided"),
+    ("train", "open-loop"): ("oxygen_gym.train.open_loop_command", "open-loop action error of a checkpoint on recorded frames (underfit or compounding?)"),
     ("bench", "adapters"): ("oxygen_gym.eval.bench.adapter_cost", "per-task LoRA adapters per decode step: mixed batch vs base-only vs one pass per adapter"),
 }
 

@@ -17,6 +17,7 @@ from oxygen_gym.policies.language import task_prompt_ids
 from oxygen_gym.policies.normalize import Normalizer
 
 from .collect.libero_hdf5 import Demo, demo_names, read_demos
+from .image_augment import color_jitter, random_shift
 
 LIBERO_SLOTS = ("base_0_rgb", "left_wrist_0_rgb")
 LABELS = ("subtask", "memory")  # the per-step language targets a collection records  # policies/robots.py: libero base -> base, wrist -> left wrist
@@ -105,12 +106,15 @@ class DemoDataset:
     def __len__(self) -> int:
         return self.images.shape[0]
 
-    def batch(self, index: torch.Tensor, generator: torch.Generator | None = None, shift: int = 0) -> TrainBatch:
+    def batch(self, index: torch.Tensor, generator: torch.Generator | None = None, shift: int = 0,
+              jitter: float = 0.0) -> TrainBatch:
         """Rows `index` as a TrainBatch; `shift` > 0 applies a random translation of up to `shift` pixels per image
-        (edge-replicated), the augmentation that makes small-data behaviour cloning generalise (DrQ-style)."""
+        (edge-replicated), `jitter` > 0 a colour jitter of that strength (image_augment.py)."""
         imgs = self.images[index].permute(0, 1, 4, 2, 3).float() / 255.0 * 2.0 - 1.0  # [B, 2, 3, S, S]
         if shift > 0:
             imgs = random_shift(imgs, shift, generator)
+        if jitter > 0:
+            imgs = color_jitter(imgs, jitter, generator)
         b = len(index)
         tok_len = int(self.token_masks[index].sum(1).max())
         text_len = int((self.text[index] != 0).sum(1).max())
@@ -123,12 +127,3 @@ class DemoDataset:
             text=self.text[index, :text_len], text_loss_mask=self.text_loss[index, :text_len],
         )
 
-
-def random_shift(images: torch.Tensor, shift: int, generator: torch.Generator | None) -> torch.Tensor:
-    """Translate each image of `[B, C_cams, 3, S, S]` by a random integer offset in [-shift, shift] per axis."""
-    b, cams, c, s, _ = images.shape
-    flat = images.reshape(b * cams, c, s, s)
-    padded = torch.nn.functional.pad(flat, (shift, shift, shift, shift), mode="replicate")
-    offsets = torch.randint(0, 2 * shift + 1, (b * cams, 2), generator=generator)
-    out = torch.stack([padded[i, :, y : y + s, x : x + s] for i, (y, x) in enumerate(offsets.tolist())])
-    return out.reshape(b, cams, c, s, s)

@@ -13,13 +13,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = {f.name: f.default for f in fields(TrainConfig) if f.name not in ("data", "out", "device")}
     parser.add_argument("--config", default=defaults["config"], help="PI05Config name to train from scratch")
     parser.add_argument("--init", default=None, help="checkpoint folder to fine-tune instead")
-    for name in ("steps", "batch_size", "warmup", "seed", "checkpoint_every", "shift", "threads"):
+    for name in ("steps", "batch_size", "warmup", "seed", "checkpoint_every", "shift", "threads", "monitor_rows"):
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=defaults[name])
     parser.add_argument("--rtc-max-delay", type=int, default=0,
                         help="training-time real-time chunking: each row's first d <= this many actions are given "
                              "clean at flow time 0 and left out of the loss (serve with RTCConfig(method='trained'))")
     for name in ("lr", "weight_decay", "language_weight", "min_lr_ratio", "grad_clip"):
         parser.add_argument("--" + name.replace("_", "-"), type=float, default=defaults[name])
+    parser.add_argument("--ema-decay", type=float, default=0.0,
+                        help="export an exponential moving average of the weights with this decay (e.g. 0.999; 0 = off)")
+    parser.add_argument("--color-jitter", type=float, default=0.0,
+                        help="brightness / contrast / saturation jitter of each training image, strength in [0, 1)")
+    parser.add_argument("--val-scenes", default=None, metavar="RANGE",
+                        help="scenes (fresh scene or init state indices, e.g. 60-69) held out of training; every "
+                             "checkpoint is scored open-loop on them (monitor.jsonl) and snapshotted for choosing later")
+    parser.add_argument("--no-snapshots", dest="snapshots", action="store_false", default=None,
+                        help="do not keep every checkpoint's model under OUT/snapshots/")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     parser.add_argument("--adapter", default=None, metavar="NAME",
                         help="train only a LoRA adapter NAME on the language continuation of a frozen base (--init, "
@@ -39,6 +48,10 @@ def run(args: argparse.Namespace) -> int:
         return _run_adapter(args)
     kw = {k: v for k, v in vars(args).items() if k in {f.name for f in fields(TrainConfig)} and v is not None}
     try:
+        if args.val_scenes:
+            from .collect.collect_command import parse_range
+
+            kw["val_scenes"] = parse_range(args.val_scenes, "--val-scenes")
         cfg = TrainConfig(**kw)
         if cfg.steps < 1 or cfg.batch_size < 1 or cfg.lr <= 0:
             raise ValueError("--steps and --batch-size must be >= 1 and --lr > 0")

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from tqdm import tqdm
 
 from oxygen_gym.model.pi05.config import PI05Config
@@ -20,7 +21,9 @@ from oxygen_gym.model.tokenizer import tokenizer_for
 from oxygen_gym.model.pi05.training import losses
 
 from .dataset import DemoDataset, compute_norm_stats, load_demos
+from .checkpoint_monitor import CheckpointMonitor
 from .loss_plot import plot_losses
+from .validation_split import split_by_scene
 
 # The narration task the shipped model is trained for (and the demo runs): its prompt continues the shared prefix.
 NARRATE_PROMPT = "What is the robot doing?"
@@ -53,14 +56,30 @@ class TrainConfig:
     device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
     threads: int | None = None
     rtc_max_delay: int = 0  # training-time RTC (training.py `losses`): clean action prefixes of up to this many steps
+    ema_decay: float = 0.0  # > 0: export an exponential moving average of the weights with this decay
+    color_jitter: float = 0.0  # brightness / contrast / saturation jitter strength (image_augment.py; 0 = off)
+    val_scenes: tuple[int, ...] = ()  # scenes held out of training, for choosing checkpoints (validation_split.py)
+    monitor_rows: int = 256  # rows of the training set and of the validation scenes scored open-loop per checkpoint
+    snapshots: bool = True  # keep every checkpoint's exported model under snapshots/step_N, to choose one later
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"--ema-decay must be in [0, 1), got {self.ema_decay}")
+        if not 0.0 <= self.color_jitter < 1.0:
+            raise ValueError(f"--color-jitter must be in [0, 1), got {self.color_jitter}")
+        object.__setattr__(self, "val_scenes", tuple(sorted(int(s) for s in self.val_scenes)))
 
     def resume_key(self) -> dict:
         """Settings a resumed run must share with the run it continues."""
         d = asdict(self)
-        for k in ("steps", "checkpoint_every", "log_every", "device", "threads", "out"):
+        for k in ("steps", "checkpoint_every", "log_every", "device", "threads", "out", "monitor_rows", "snapshots"):
             d.pop(k)
-        if not d["rtc_max_delay"]:
-            d.pop("rtc_max_delay")  # runs from before the option resume unchanged
+        for k in ("rtc_max_delay", "ema_decay", "color_jitter", "val_scenes"):
+            if not d[k]:
+                d.pop(k)  # runs from before the option resume unchanged
+        d["val_scenes"] = list(d.get("val_scenes", ())) or None
+        if d["val_scenes"] is None:
+            d.pop("val_scenes")
         return d
 
 
@@ -77,11 +96,21 @@ def _atomic_save(obj, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def export(model, out: Path, stats, cfg: TrainConfig, step: int, dataset_info: dict, seconds: float) -> Path:
-    """The trained model as a checkpoint folder of our own family, plus training.json (recipe, data, language task)."""
+def _relative(path: str | None, out: Path) -> str | None:
+    """A path as seen from the run folder, so training.json names no machine's directories."""
+    return None if path is None or not Path(path).exists() else os.path.relpath(Path(path).resolve(), out.resolve())
+
+
+def export(model, out: Path, stats, cfg: TrainConfig, step: int, dataset_info: dict, seconds: float,
+           extra: dict | None = None) -> Path:
+    """The trained model as a checkpoint folder of our own family, plus training.json (recipe, data, language task;
+    paths relative to the run folder)."""
     folder = save_pretrained(model, out / MODEL_DIR, stats, n_action_steps=model.config.action_horizon)
+    recipe = {**asdict(cfg), "data": _relative(cfg.data, out), "out": ".", "init": _relative(cfg.init, out) or cfg.init}
+    recipe["val_scenes"] = list(cfg.val_scenes)
+    data = {**dataset_info, "path": _relative(dataset_info.get("path"), out)}
     info = {
-        "step": step, "train_seconds": round(seconds, 1), "train_config": asdict(cfg), "data": dataset_info,
+        "step": step, "train_seconds": round(seconds, 1), "train_config": recipe, "data": data, **(extra or {}),
         "language_tasks": [{"name": "narrate", "prompt": cfg.narrate_prompt, "max_new_tokens": cfg.narrate_max_new_tokens}],
     }
     (folder / TRAINING_JSON).write_text(json.dumps(info, indent=1))
@@ -112,7 +141,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         diff = {k: (saved["resume_key"].get(k), v) for k, v in cfg.resume_key().items() if saved["resume_key"].get(k) != v}
         raise ValueError(f"--out {out} holds a run with other settings {diff}; use another --out or the same flags")
 
-    demos = load_demos(cfg.data)
+    demos, val_demos = split_by_scene(load_demos(cfg.data), cfg.val_scenes)
     stats = saved["norm_stats"] if saved else compute_norm_stats(demos)
     if cfg.init:
         model = load_pretrained(cfg.init, device=cfg.device, dtype=torch.float32)
@@ -120,10 +149,13 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         model = build_model(PI05Config.named(cfg.config), seed=cfg.seed, device=cfg.device, dtype=torch.float32)
     tokenizer = tokenizer_for(model.config.vocab_size, cfg.init)
     dataset = DemoDataset(demos, model.config, tokenizer, cfg.narrate_prompt, stats, progress=progress)
+    monitor = CheckpointMonitor(out, dataset, val_demos, model.config, tokenizer, cfg, progress)
     info = _dataset_info(cfg.data, demos)
-    del demos
+    extra = {"validation": monitor.describe(), "ema_decay": cfg.ema_decay}
+    del demos, val_demos
     model.requires_grad_(True)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema_decay)) if cfg.ema_decay else None
     gen = torch.Generator().manual_seed(cfg.seed)
     step, seconds = 0, 0.0
     if saved:
@@ -131,12 +163,19 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         opt.load_state_dict(saved["optimizer"])
         gen.set_state(saved["generator"])
         step, seconds = saved["step"], saved["seconds"]
+        if ema is not None:
+            if saved.get("ema") is None:
+                raise ValueError(f"--out {out}: the saved run has no EMA weights to resume")
+            ema.load_state_dict(saved["ema"])
 
     def checkpoint() -> None:
         _atomic_save({"model": model.state_dict(), "optimizer": opt.state_dict(), "generator": gen.get_state(),
-                      "step": step, "seconds": seconds, "norm_stats": stats, "resume_key": cfg.resume_key()}, state_path)
-        model.clear_caches()
-        export(model, out, stats, cfg, step, info, seconds)
+                      "step": step, "seconds": seconds, "norm_stats": stats, "resume_key": cfg.resume_key(),
+                      "ema": None if ema is None else ema.state_dict()}, state_path)
+        weights = model if ema is None else ema.module  # what ships: the averaged weights when EMA is on
+        weights.clear_caches()
+        folder = export(weights, out, stats, cfg, step, info, seconds, extra)
+        monitor.record(weights, step, folder)
         plot_losses(out / LOG_FILE, out / "loss.png")
 
     bar = tqdm(total=cfg.steps, initial=step, desc="train", unit="step", disable=not progress, dynamic_ncols=True)
@@ -146,12 +185,14 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, cfg)
             index = torch.randint(0, len(dataset), (cfg.batch_size,), generator=gen)
-            batch = dataset.batch(index, gen, cfg.shift).to(cfg.device)
+            batch = dataset.batch(index, gen, cfg.shift, cfg.color_jitter).to(cfg.device)
             out_losses = losses(model, batch, gen, cfg.language_weight, cfg.rtc_max_delay)
             opt.zero_grad(set_to_none=True)
             out_losses["loss"].backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             opt.step()
+            if ema is not None:
+                ema.update_parameters(model)
             step += 1
             dt = time.perf_counter() - t0
             seconds += dt
