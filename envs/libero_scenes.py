@@ -6,10 +6,20 @@ state is a flattened MuJoCo state (time, qpos, qvel), and every movable object h
 """
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 
 # Two scenes whose every movable object lies within this distance of its counterpart are the same scene.
 SAME_SCENE_M = 1e-3
+
+
+def fresh_scene_seed(suite: str, task_id: int, scene: int) -> int:
+    """numpy seed of LIBERO's placement sampler for fresh scene `scene` of a task: the one rule that collection
+    (`oxygen-gym collect --fresh-scenes`) and evaluation (`oxygen-gym eval libero --fresh-scenes`) share, so scene k
+    of a task is the same scene in both."""
+    parts = [zlib.crc32(b"fresh-scene"), zlib.crc32(suite.encode()), int(task_id), int(scene)]
+    return int(np.random.SeedSequence(parts).generate_state(1)[0])
 
 
 def object_qpos_slices(robosuite_env) -> dict[str, slice]:

@@ -119,6 +119,7 @@ def export(model, out: Path, stats, cfg: TrainConfig, step: int, dataset_info: d
 
 def _dataset_info(data: str, demos) -> dict:
     inits = sorted({int(d.attrs["init_state"]) for d in demos if "init_state" in d.attrs})
+    scenes = sorted({int(d.attrs["scene"]) for d in demos if "scene" in d.attrs})  # fresh scenes (collector.py)
     tasks = sorted({str(d.attrs.get("task_name", "")) for d in demos})
     manifest = Path(data) / "dataset.json"
     collect = json.loads(manifest.read_text())["config"] if manifest.is_file() else {}
@@ -127,7 +128,7 @@ def _dataset_info(data: str, demos) -> dict:
 
         collect = {**CollectConfig().to_json(), **collect}
     return {"path": str(data), "demos": len(demos), "steps": int(sum(len(d) for d in demos)),
-            "init_states": inits, "tasks": tasks, "collect": collect}
+            "init_states": inits, "scenes": scenes, "tasks": tasks, "collect": collect}
 
 
 def train(cfg: TrainConfig, progress: bool = True) -> Path:

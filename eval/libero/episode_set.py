@@ -1,6 +1,8 @@
 """The deterministic episode set of an evaluation and its `--shard i/n` partition.
 
 An episode is identified by (suite, task_id, seed, episode); its init state is the episode index (openpi's protocol).
+A fresh-scene episode (`--fresh-scenes`) instead starts from scene `scene` drawn from LIBERO's placement initializer,
+seeded as collection seeds that scene (envs/libero_scenes.fresh_scene_seed); its episode index is the scene index.
 The set is a pure function of the selection, so any launcher (SLURM arrays, several machines, Ray) can split it
 without talking to the others, and an episode's result never depends on which process ran it.
 """
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from functools import total_ordering
 
 # The four LIBERO suites the pi0.5 paper reports, in its table order; `all` means these.
 SUITES: tuple[str, ...] = ("libero_spatial", "libero_object", "libero_goal", "libero_10")
@@ -18,32 +21,64 @@ _ALIASES = {"spatial": "libero_spatial", "object": "libero_object", "goal": "lib
             "long": "libero_10"}
 
 
-@dataclass(frozen=True, order=True)
+@total_ordering
+@dataclass(frozen=True)
 class EpisodeSpec:
-    """One closed-loop episode to run: what a worker needs to know, nothing more."""
+    """One closed-loop episode to run: what a worker needs to know, nothing more. `scene` None: official init state
+    `episode`; else fresh scene `scene` (and `episode == scene`)."""
 
     suite: str
     task_id: int
     seed: int
     episode: int
+    scene: int | None = None
 
     @property
-    def init_state(self) -> int:
-        return self.episode % INIT_STATES_PER_TASK
+    def init_state(self) -> int | None:
+        return self.episode % INIT_STATES_PER_TASK if self.scene is None else None
 
     @property
-    def key(self) -> tuple[str, int, int, int]:
+    def scene_seed(self) -> int | None:
+        """The placement sampler's seed, the same as collection's for this (suite, task, scene)."""
+        from oxygen_gym.envs.libero_scenes import fresh_scene_seed
+
+        return None if self.scene is None else fresh_scene_seed(self.suite, self.task_id, self.scene)
+
+    @property
+    def reset_options(self) -> dict:
+        """The env's reset options that start this episode's scene."""
+        if self.scene is None:
+            return {"init_state": self.init_state}
+        return {"scene_seed": self.scene_seed}
+
+    @property
+    def key(self) -> tuple:
+        """Official episodes keep their 4-tuple (old result files resume unchanged); a scene adds its index."""
+        if self.scene is not None:
+            return (self.suite, self.task_id, self.seed, self.episode, self.scene)
         return (self.suite, self.task_id, self.seed, self.episode)
 
+    def __lt__(self, other: EpisodeSpec) -> bool:
+        if not isinstance(other, EpisodeSpec):
+            return NotImplemented
+        return self.key < other.key
+
     def to_dict(self) -> dict:
-        return {**asdict(self), "init_state": self.init_state}
+        d = {**asdict(self), "init_state": self.init_state}
+        if self.scene is None:
+            del d["scene"]  # an official episode's record is what it was before fresh scenes
+        else:
+            d["scene_seed"] = self.scene_seed
+        return d
 
     @classmethod
     def from_record(cls, record: dict) -> EpisodeSpec:
-        return cls(str(record["suite"]), int(record["task_id"]), int(record["seed"]), int(record["episode"]))
+        scene = record.get("scene")
+        return cls(str(record["suite"]), int(record["task_id"]), int(record["seed"]), int(record["episode"]),
+                   None if scene is None else int(scene))
 
 
-def record_key(record: dict) -> tuple[str, int, int, int]:
+def record_key(record: dict) -> tuple:
     """The episode key of a results record (same tuple as `EpisodeSpec.key`)."""
     return EpisodeSpec.from_record(record).key
 
@@ -123,14 +158,21 @@ def check_episodes(n: int) -> int:
 
 
 def build_episode_set(suites: Iterable[str], tasks: Sequence[int] | None, episodes: int,
-                      seeds: Sequence[int], init_states: Sequence[int] | None = None) -> list[EpisodeSpec]:
+                      seeds: Sequence[int], init_states: Sequence[int] | None = None,
+                      fresh_scenes: Sequence[int] | None = None) -> list[EpisodeSpec]:
     """Every (suite, task, seed, episode) of the selection, in one canonical order. Episode i starts from init
-    state i; `init_states` selects those episodes (e.g. held-out 30-49) instead of the first `episodes`."""
-    check_episodes(episodes)
+    state i; `init_states` selects those episodes (e.g. held-out 30-49) instead of the first `episodes`;
+    `fresh_scenes` runs those fresh scenes instead of any official init state."""
     task_ids = list(range(TASKS_PER_SUITE)) if tasks is None else sorted(tasks)
+    names = parse_suites(list(suites))
+    if fresh_scenes is not None:
+        if init_states is not None:
+            raise ValueError("--fresh-scenes and --init-states: give one (fresh scenes or official init states)")
+        return [EpisodeSpec(suite, t, seed, k, scene=k)
+                for suite in names for t in task_ids for seed in seeds for k in sorted(fresh_scenes)]
+    check_episodes(episodes)
     chosen = sorted(init_states) if init_states is not None else range(episodes)
-    return [EpisodeSpec(suite, t, seed, e)
-            for suite in parse_suites(list(suites)) for t in task_ids for seed in seeds for e in chosen]
+    return [EpisodeSpec(suite, t, seed, e) for suite in names for t in task_ids for seed in seeds for e in chosen]
 
 
 def parse_init_states(text: str | None) -> list[int] | None:
@@ -150,6 +192,16 @@ def parse_init_states(text: str | None) -> list[int] | None:
     if not out or min(out) < 0 or max(out) >= INIT_STATES_PER_TASK:
         raise ValueError(f"--init-states: {text!r}; expected indices in 0..{INIT_STATES_PER_TASK - 1}")
     return sorted(out)
+
+
+def parse_fresh_scenes(text: str | None) -> list[int] | None:
+    """`--fresh-scenes 1000-1019` or `0,5,1000-1004` -> sorted scene indices (>= 0); None -> None."""
+    if text is None:
+        return None
+    scenes = _parse_int_list(text, "--fresh-scenes")
+    if min(scenes) < 0:
+        raise ValueError(f"--fresh-scenes: {text!r}; scene indices must be >= 0")
+    return sorted(scenes)
 
 
 def parse_shard(text: str | None) -> tuple[int, int]:

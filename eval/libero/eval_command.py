@@ -3,6 +3,7 @@
 Examples:
   oxygen-gym eval libero --suite all --episodes 50 --seeds 7,8,9 --checkpoint PATH --device cuda --out runs/x
   oxygen-gym eval libero --suite spatial --tasks 0,1 --episodes 2 --max-steps 10 --out runs/smoke
+  oxygen-gym eval libero --suite spatial --tasks 0 --fresh-scenes 1000-1019 --checkpoint PATH --out runs/val
   oxygen-gym eval libero ... --shard 0/4 --out runs/x/shard0          # one of four machines / SLURM array tasks
   oxygen-gym eval merge runs/x/shard0 runs/x/shard1 runs/x/shard2 runs/x/shard3 --out runs/x/all
   oxygen-gym eval libero ... --ray                                   # local Ray, one policy per worker
@@ -28,7 +29,8 @@ from .eval_config import (
     parse_language_task,
     parse_video,
 )
-from .episode_set import check_episodes, parse_init_states, parse_seeds, parse_shard, parse_suites, parse_tasks
+from .episode_set import (check_episodes, parse_fresh_scenes, parse_init_states, parse_seeds, parse_shard, parse_suites,
+                          parse_tasks)
 from .results import ResultsError
 from .summary import SUMMARY_MD
 
@@ -49,6 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--init-states", default=None, metavar="RANGE",
                    help="run these init states (= episode indices), e.g. 30-49 for ones a trained model never saw; "
                         "overrides --episodes")
+    g.add_argument("--fresh-scenes", default=None, metavar="RANGE",
+                   help="run fresh scenes drawn from LIBERO's placement initializer instead of official init states, "
+                        "scene k seeded exactly as `oxygen-gym collect --fresh-scenes` seeds scene k, e.g. 1000-1019 "
+                        "as a validation set beside training scenes 0-199 (the 50 official init states stay the test "
+                        "set); not with --init-states / --episodes")
     g.add_argument("--seeds", default=None,
                    help="one or more seeds, e.g. 7,8,9; several give a 95%% Student-t CI over seed-level success "
                         "rates (default: the protocol's seed, 7 for openpi, 1000 for lerobot)")
@@ -113,6 +120,13 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
     protocol = get_libero_protocol(args.protocol)
     seeds = parse_seeds(args.seeds) if args.seeds is not None else [protocol.seed]
     episodes = check_episodes(args.episodes if args.episodes is not None else protocol.episodes_per_task)
+    fresh_scenes = parse_fresh_scenes(args.fresh_scenes)
+    if fresh_scenes is not None:
+        given = [flag for flag, value in (("--init-states", args.init_states), ("--episodes", args.episodes))
+                 if value is not None]
+        if given:
+            raise ValueError(f"--fresh-scenes with {' and '.join(given)}: run fresh scenes or official init states, "
+                             f"not both (drop {' / '.join(given)} or --fresh-scenes)")
     from .narration import trained_language_tasks
 
     trained = trained_language_tasks(args.checkpoint)
@@ -126,7 +140,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         target_action_hz=args.target_action_hz, language_tasks=tasks, protocol=args.protocol,
         max_steps=args.max_steps, fast_render=args.fast_render, dtype=args.dtype, suites=parse_suites(args.suite),
         tasks=parse_tasks(args.tasks),
-        episodes=episodes, init_states=parse_init_states(args.init_states), seeds=seeds, shard=parse_shard(args.shard), device=args.device,
+        episodes=episodes, init_states=parse_init_states(args.init_states), fresh_scenes=fresh_scenes, seeds=seeds, shard=parse_shard(args.shard), device=args.device,
         video=parse_video(args.video), render_every_step=args.render_every_step, out=str(args.out or "runs/eval"),
         fast_reset=args.fast_reset, live=args.live, execution=args.execution, handover=args.handover,
         queue_threshold=args.queue_threshold,

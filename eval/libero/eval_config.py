@@ -64,6 +64,8 @@ class EvalConfig:
     tasks: list[int] | None = None
     episodes: int = 50
     init_states: list[int] | None = None  # episodes (= init states) to run instead of the first `episodes`
+    # fresh scenes (collection's scene indices, same seed rule) to run instead of any official init state
+    fresh_scenes: list[int] | None = None
     seeds: list[int] = field(default_factory=lambda: [7])
     shard: tuple[int, int] = (0, 1)
     # how it is executed
@@ -105,12 +107,16 @@ class EvalConfig:
             known["shard"] = tuple(known["shard"])
         return cls(**known)
 
-    def video_wanted(self, episode: int) -> bool:
-        """Whether to record episode `episode` of a task (for `failures` the file is dropped after a success)."""
+    def video_wanted(self, episode: int, scene: int | None = None) -> bool:
+        """Whether to record episode `episode` of a task (for `failures` the file is dropped after a success); with
+        `--video N` a fresh scene is recorded when it is among the first N selected scenes."""
         if self.video == "none":
             return False
         if self.video in ("all", "failures"):
             return True
+        if scene is not None:
+            scenes = sorted(self.fresh_scenes or [])
+            return scene in scenes and scenes.index(scene) < int(self.video)
         return episode < int(self.video)
 
 
@@ -158,6 +164,11 @@ def validate(cfg: EvalConfig) -> None:
         raise ValueError(f"--task: a task name is given twice: {names}")
     if not cfg.seeds:
         raise ValueError("--seeds: at least one seed is needed")
+    if cfg.fresh_scenes is not None:
+        if cfg.init_states is not None:
+            raise ValueError("--fresh-scenes and --init-states: give one (fresh scenes or official init states)")
+        if not cfg.fresh_scenes or min(cfg.fresh_scenes) < 0:
+            raise ValueError(f"--fresh-scenes: {cfg.fresh_scenes!r}; expected scene indices >= 0")
     validate_live(cfg)
 
 

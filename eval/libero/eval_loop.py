@@ -24,7 +24,8 @@ def local_executor(specs: list[EpisodeSpec], config: EvalConfig) -> Iterator[dic
 
 def selected_episodes(config: EvalConfig) -> list[EpisodeSpec]:
     """This shard's part of the episode set, in a run order that keeps each task's env alive across its episodes."""
-    specs = build_episode_set(config.suites, config.tasks, config.episodes, config.seeds, config.init_states)
+    specs = build_episode_set(config.suites, config.tasks, config.episodes, config.seeds, config.init_states,
+                              config.fresh_scenes)
     mine = set(shard(specs, *config.shard))
     return [s for s in specs if s in mine]
 

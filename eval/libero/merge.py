@@ -27,7 +27,8 @@ def _load_config(folder: Path) -> dict:
 def expected_episode_count(config: dict) -> int:
     """Size of the whole (unsharded) episode set a config selects."""
     return len(build_episode_set(config["suites"], config.get("tasks"), int(config["episodes"]),
-                                 [int(s) for s in config["seeds"]], config.get("init_states")))
+                                 [int(s) for s in config["seeds"]], config.get("init_states"),
+                                 config.get("fresh_scenes")))
 
 
 def merge_folders(inputs: Sequence[str | Path], out: str | Path) -> dict:
@@ -62,13 +63,15 @@ def merge_folders(inputs: Sequence[str | Path], out: str | Path) -> dict:
                 rec = {**rec, "video": os.path.relpath(folder / rec["video"], out)}
             merged.append(rec)
 
-    same_selection = all({k: c.get(k) for k in ("suites", "tasks", "episodes", "seeds")}
-                         == {k: ref.get(k) for k in ("suites", "tasks", "episodes", "seeds")} for c in configs)
+    selection = ("suites", "tasks", "episodes", "seeds", "init_states", "fresh_scenes")
+    same_selection = all({k: c.get(k) for k in selection} == {k: ref.get(k) for k in selection} for c in configs)
     expected = expected_episode_count(ref) if same_selection else None
     merged_config = {**ref, "shard": [0, 1], "out": str(out), "merged_from": [str(f) for f in folders]}
     if not same_selection:
         merged_config.update(suites=sorted({s for c in configs for s in c["suites"]}), tasks=None, episodes=None,
-                             seeds=sorted({s for c in configs for s in c["seeds"]}))
+                             seeds=sorted({s for c in configs for s in c["seeds"]}),
+                             init_states=sorted({i for c in configs for i in c.get("init_states") or []}) or None,
+                             fresh_scenes=sorted({k for c in configs for k in c.get("fresh_scenes") or []}) or None)
     with ResultsFolder(out) as dest:
         dest.write_config(merged_config)
         dest.extend(sorted(merged, key=record_key))

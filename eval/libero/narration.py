@@ -5,8 +5,8 @@ finished with text naming the subtask the sim-state labeller (envs/experts.Subta
 observation. The label is computed from the state the policy acted on, never from an expert's plan, so it scores any
 policy's rollout honestly. A request that never finished (episode ended) counts as wrong.
 
-Held-out: a checkpoint trained by `oxygen-gym train` records in training.json the init states and tasks of its
-data; an episode is held out only if its (task, init state) was not among them.
+Held-out: a checkpoint trained by `oxygen-gym train` records in training.json the init states, fresh scenes and tasks
+of its data; an episode is held out only if its (task, init state) or (task, scene) was not among them.
 """
 from __future__ import annotations
 
@@ -68,10 +68,24 @@ def _checkpoint_folder(checkpoint: str) -> Path | None:
     return folder if folder.is_dir() else None
 
 
-def is_held_out(data: dict | None, task_name: str | None, init_state: int) -> bool | None:
-    """True/False for a trained checkpoint, None when the checkpoint says nothing about its data."""
+def training_scenes(data: dict) -> set[int]:
+    """The fresh scene indices a checkpoint trained on. A training.json from before `scenes` was recorded falls back
+    to the scenes its collection asked for (a superset of the kept demos': an episode is never called held out
+    wrongly)."""
+    if "scenes" in data:
+        return {int(k) for k in data["scenes"]}
+    return {int(k) for k in (data.get("collect") or {}).get("fresh_scenes") or []}
+
+
+def is_held_out(data: dict | None, task_name: str | None, init_state: int | None,
+                scene: int | None = None) -> bool | None:
+    """True/False for a trained checkpoint, None when the checkpoint says nothing about its data. A fresh scene is
+    compared with the training data's scenes, an official init state with its init states (so official states stay
+    held out against fresh-scene data)."""
     if not data or "init_states" not in data:
         return None
     if data.get("tasks") and task_name not in data["tasks"]:
         return True
+    if scene is not None:
+        return int(scene) not in training_scenes(data)
     return int(init_state) not in set(data["init_states"])

@@ -27,8 +27,9 @@ class EvalProgress:
             self.successes += bool(record.get("success"))
         else:
             self.errors += 1
+            where = f"ep {record.get('episode')}" if record.get("scene") is None else f"scene {record['scene']}"
             self.bar.write(f"episode {record.get('suite')} task {record.get('task_id')} seed {record.get('seed')} "
-                           f"ep {record.get('episode')} failed with an error: {record.get('error')}", file=sys.stderr)
+                           f"{where} failed with an error: {record.get('error')}", file=sys.stderr)
         self._refresh()
         self.bar.update(1)
 

@@ -69,11 +69,13 @@ def _time_split(ok: list[dict]) -> dict:
 
 
 def _held_out_split(ok: list[dict]) -> dict | None:
-    """Success on init states a trained checkpoint never saw vs on its training ones (None: not a trained model)."""
+    """Success on init states (or fresh scenes) a trained checkpoint never saw vs on its training ones (None: not a
+    trained model)."""
     marked = [r for r in ok if r.get("held_out") is not None]
     if not marked:
         return None
-    out = {}
+    kinds = {r.get("scene") is None for r in marked}  # official init states, fresh scenes, or both
+    out: dict = {"starts": "init states and scenes" if len(kinds) == 2 else "init states" if True in kinds else "scenes"}
     for name, flag in (("held_out", True), ("training", False)):
         rs = [r for r in marked if r["held_out"] is flag]
         out[name] = {"episodes": len(rs), "successes": sum(bool(r["success"]) for r in rs),
@@ -154,7 +156,8 @@ def summarize(records: Iterable[dict], config: dict | None = None, expected: int
         "suites": per_suite,
         "speed": _speed(ok),
         "errors": [{"suite": r["suite"], "task_id": r["task_id"], "seed": r["seed"], "episode": r["episode"],
-                    "error": r.get("error")} for r in errors],
+                    **({"scene": r["scene"]} if r.get("scene") is not None else {}), "error": r.get("error")}
+                   for r in errors],
     }
 
 
@@ -192,7 +195,7 @@ def render_markdown(summary: dict) -> str:
     lines.append(f"| **overall** | **{_pct(o['success_rate'])}** | {o['episodes']} | {o['errors']} | {_ci(o)} |")
     held = summary.get("held_out")
     if held:
-        lines += ["", "| init states | success | episodes |", "| --- | --- | --- |"]
+        lines += ["", f"| {held.get('starts', 'init states')} | success | episodes |", "| --- | --- | --- |"]
         for name, label in (("held_out", "held out (never in the training data)"), ("training", "seen in training")):
             b = held[name]
             lines.append(f"| {label} | {_pct(b['success_rate'])} | {b['episodes']} |")
@@ -234,7 +237,8 @@ def render_markdown(summary: dict) -> str:
     if summary["errors"]:
         lines += ["", "## Errors", ""]
         for e in summary["errors"][:20]:
-            lines.append(f"- {e['suite']} task {e['task_id']} seed {e['seed']} episode {e['episode']}: {e['error']}")
+            where = f"scene {e['scene']}" if e.get("scene") is not None else f"episode {e['episode']}"
+            lines.append(f"- {e['suite']} task {e['task_id']} seed {e['seed']} {where}: {e['error']}")
         if len(summary["errors"]) > 20:
             lines.append(f"- ... and {len(summary['errors']) - 20} more (see episodes.jsonl)")
     return "\n".join(lines) + "\n"

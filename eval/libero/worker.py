@@ -26,7 +26,10 @@ VIDEO_DIR = "videos"
 def policy_seed(spec: EpisodeSpec) -> int:
     """The action-noise seed of one episode: fixed by (suite, task, seed, episode), so an episode's result does not
     depend on the worker that ran it or on what ran before, and different eval seeds give different noise."""
-    ss = np.random.SeedSequence([spec.seed, zlib.crc32(spec.suite.encode()), spec.task_id, spec.episode])
+    parts = [spec.seed, zlib.crc32(spec.suite.encode()), spec.task_id, spec.episode]
+    if spec.scene is not None:  # a fresh scene's noise differs from official init state `scene`'s
+        parts.append(zlib.crc32(b"fresh-scene"))
+    ss = np.random.SeedSequence(parts)
     return int(ss.generate_state(1, dtype=np.uint64)[0] >> 1)
 
 
@@ -124,7 +127,7 @@ class EpisodeWorker:
         t0 = time.perf_counter()
         cfg = self.config
         pseed = policy_seed(spec)
-        if video_dir is None and cfg.video_wanted(spec.episode):
+        if video_dir is None and cfg.video_wanted(spec.episode, spec.scene):
             video_dir = episode_video_dir(cfg.out, spec)
         try:
             env = self.get_env(spec)
@@ -132,13 +135,15 @@ class EpisodeWorker:
             policy.reset(seed=pseed)  # frame t draws its action noise from (seed, t)
             video = str(video_dir) if video_dir is not None else None
             live = cfg.live_settings()
+            # an official init state, or a fresh scene's sampler seed (then no init state)
+            options = spec.reset_options
             if live is None:
-                result = run_episode(env, policy, seed=spec.seed, init_state=spec.init_state, replan=self.replan(),
+                result = run_episode(env, policy, seed=spec.seed, options=options, replan=self.replan(),
                                      video_dir=video, progress=progress)
             else:
                 from oxygen_gym.envs.live_episode import run_live_episode
 
-                result = run_live_episode(env, policy, seed=spec.seed, init_state=spec.init_state,
+                result = run_live_episode(env, policy, seed=spec.seed, options=options,
                                           replan=self.replan(), video_dir=video, progress=progress, **live)
         except Exception as e:  # noqa: BLE001 - one bad episode must not end the evaluation
             tb = traceback.format_exc()
@@ -191,7 +196,7 @@ class EpisodeWorker:
             "memory_labels": r["memory_labels"],
             # the memory task's answers against envs/scene_memory.MemoryLabeller (None without a "memory" task)
             "memory_accuracy": narration_accuracy(r["narration"], r["memory_labels"], task="memory"),
-            "held_out": is_held_out(self._training_data, task_name, spec.init_state),
+            "held_out": is_held_out(self._training_data, task_name, spec.init_state, spec.scene),
             "video": video,
             "error": None,
             **({"live": r["live"]} if self.config.live is not None else {}),

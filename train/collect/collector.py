@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from oxygen_gym.envs.libero_scenes import SAME_SCENE_M
+from oxygen_gym.envs.libero_scenes import SAME_SCENE_M, fresh_scene_seed
 
 from .libero_hdf5 import POLICY_ORIENTATION, Demo, demo_names, write_demo
 
@@ -55,10 +55,7 @@ class EpisodeKey:
 
     def scene_seed(self) -> int | None:
         """numpy seed of LIBERO's placement sampler for a fresh scene (None on an official init state)."""
-        if self.scene is None:
-            return None
-        parts = [zlib.crc32(b"fresh-scene"), zlib.crc32(self.suite.encode()), self.task_id, self.scene]
-        return int(np.random.SeedSequence(parts).generate_state(1)[0])
+        return None if self.scene is None else fresh_scene_seed(self.suite, self.task_id, self.scene)
 
 
 @dataclass(frozen=True)
