@@ -136,3 +136,17 @@ def test_open_loop_error_is_zero_when_the_expert_did_what_the_model_does():
                               rows, seed=3, batch_size=2)
     assert after["mse_exec"] < 1e-9 and after["mse_chunk"] < 1e-9 and after["gripper_agree"] == 1.0
     assert set(after["mse_exec_by_label"]) == {demos[0].subtasks[0]}
+
+
+def test_open_loop_command_scores_a_checkpoint_on_chosen_scenes(tmp_path, capsys):
+    from oxygen_gym.cli import main
+
+    data = _data(tmp_path / "data", n=3)
+    folder = train(TrainConfig(data=str(data), out=str(tmp_path / "run"), steps=1, **COMMON), progress=False)
+    out = tmp_path / "ol.json"
+    assert main(["train", "open-loop", "--checkpoint", str(folder), "--data", str(data), "--scenes", "1,2",
+                 "--rows", "0", "--threads", "1", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["demos"] == 2 and result["rows"] == 24 and 0 < result["mse_exec"] and 0 <= result["gripper_agree"] <= 1
+    assert main(["train", "open-loop", "--checkpoint", str(tmp_path / "nowhere"), "--data", str(data)]) == 2
+    assert "--checkpoint" in capsys.readouterr().out
