@@ -202,8 +202,10 @@ class LiberoEnv(gym.Env):
         - lerobot (`envs/libero.py` reset(seed), lerobot-eval's seeds start_seed + episode): numpy seeded with
           seed + index right before each hard reset.
         - openpi (`examples/libero/main.py`): `env.seed(seed)` once per task, then one hard reset per episode in
-          order, so episode i's scene is the (i+1)-th reset after seeding. Run in order, each episode costs one reset;
-          starting elsewhere (a shard, a resumed run) replays the skipped resets first (~3 s each).
+          order, so episode i's scene is the (i+1)-th reset after seeding. The env remembers how far its reset
+          stream has got, so any increasing order of episodes (a shard's 0, 2, 4, ...) replays only the resets
+          between them, and each episode costs (its index - the last one's) resets; going back (or a resumed run's
+          first episode) replays from the seed (~3 s per reset).
         """
         sim = self._sim
         if self.fast_reset:
@@ -215,9 +217,9 @@ class LiberoEnv(gym.Env):
             sim.reset()
             return
         seed = self._base_seed
-        if self._stream is not None and self._stream[0] == seed and self._stream[1] == index:
-            np.random.set_state(self._stream[2])
-            done = index
+        if self._stream is not None and self._stream[0] == seed and self._stream[1] <= index:
+            np.random.set_state(self._stream[2])  # continue the stream: the resets before it are already done
+            done = self._stream[1]
         else:
             sim.seed(seed)
             done = 0

@@ -258,3 +258,32 @@ def test_a_scripted_expert_solves_the_task_within_the_openpi_step_limit():
         assert info["is_success"] and terminated and info["step"] <= 220
     finally:
         env.close()
+
+
+@pytest.mark.slow
+def test_openpi_resets_skip_ahead_in_their_stream_and_give_the_scene_a_straight_run_gives():
+    """openpi's protocol: episode i's scene is the (i+1)-th hard reset after seeding. A shard runs 0, 2, 4, ...: the
+    env continues its reset stream across the gap instead of replaying from the seed, and the scene is the same."""
+    e = gym.make("oxygen_gym/LIBERO-v0", suite="libero_spatial", task_id=0, camera_size=64, fast_render=True)
+    try:
+        sim = e.unwrapped
+        e.reset(seed=5, options={"init_state": 0})
+        calls = {"n": 0}
+        inner = sim.libero_env
+        original = inner.reset
+
+        def counted(*args, **kwargs):
+            calls["n"] += 1
+            return original(*args, **kwargs)
+
+        inner.reset = counted
+        skipped, _ = e.reset(options={"init_state": 2})
+        assert calls["n"] == 2, "the stream at 1 needs resets 2 and 3 only"
+        fixtures = inner.env.sim.model.body_pos.copy()
+        straight, _ = e.reset(seed=5, options={"init_state": 2})  # going back: replayed from the seed
+        assert calls["n"] == 2 + 3
+        np.testing.assert_array_equal(inner.env.sim.model.body_pos, fixtures)
+        for cam in ("base", "wrist"):
+            np.testing.assert_array_equal(skipped["images"][cam], straight["images"][cam])
+    finally:
+        e.close()
