@@ -1,0 +1,84 @@
+"""A pick-and-place expert whose every action is a function of the sim state alone, so it can label any state a
+policy visits (DAgger), not only the states of its own trajectory.
+
+`PickPlaceExpert` (experts.py) walks a phase sequence of its own (it lifts after 8 closing steps whether or not the
+bowl is held), so off its path it gives wrong labels: after a policy overshoots or misses a grasp, it keeps carrying
+an empty gripper. Here the phase is read from the state each step, with the same predicates `SubtaskLabeller`
+scores narration with: a missed grasp opens and approaches again, a dropped bowl is picked up again.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .experts import BOWL_RIM, LIFT_HEIGHT, OSC_POS_SCALE, SubtaskLabeller, pick_place_goal
+
+APPROACH = np.array([0.0, 0.0, 0.12])  # above the grasp point, as PickPlaceExpert approaches
+OVER = np.array([0.0, 0.0, 0.15])  # above the target to carry to
+LOWER = np.array([0.0, 0.0, 0.06])  # above the target to open at
+REACHED = 0.015  # metres: at a waypoint
+ALIGNED = 0.02  # metres: horizontally over the grasp point, so descending is safe
+CLOSED = 0.06  # finger opening below which the gripper counts as closed (SubtaskLabeller's threshold)
+SETTLE_STEPS = 12  # steps of closing at the grasp point before lifting (the fingers pinch the wall ~10 steps in)
+OPEN_GAP = 0.07  # finger opening above which an opening gripper counts as open again (fully open ~0.078)
+
+
+def state_phase(eef: np.ndarray, finger_gap: float, obj: np.ndarray, target: np.ndarray, rest_z: float,
+                closing_steps: int = SETTLE_STEPS) -> str:
+    """The phase a state is in: above, down, close, open, lift, over, lower, release or retreat. `closing_steps`: how
+    many steps in a row the gripper has been commanded closed (a grip is firm only after SETTLE_STEPS)."""
+    grasp = obj + BOWL_RIM
+    at_object = np.linalg.norm(eef - grasp) < SubtaskLabeller.GRASP_RADIUS
+    over_target = np.linalg.norm((obj - target)[:2]) < SubtaskLabeller.OVER_TARGET
+    lifted = obj[2] > rest_z + SubtaskLabeller.LIFTED
+    if at_object and finger_gap < OPEN_GAP and not lifted and closing_steps < SETTLE_STEPS:
+        return "close"  # closing on the object: let the fingers settle before lifting
+    if at_object and finger_gap < CLOSED:  # holding the object (closed on it, fingers settled)
+        if over_target:
+            return "release" if np.linalg.norm(eef - (target + BOWL_RIM + LOWER)) < REACHED else "lower"
+        if eef[2] < LIFT_HEIGHT - 0.05 and obj[2] < rest_z + 0.10:
+            return "lift"
+        return "over"
+    if over_target and obj[2] < rest_z + 0.10:
+        return "retreat"  # the object is on the target: let go and move away
+    if np.linalg.norm(eef - grasp) < REACHED:
+        return "close"  # at the grasp point
+    if finger_gap < OPEN_GAP:
+        return "open"  # (half) closed but not holding: a missed or lost grasp; open before approaching again
+    if np.linalg.norm((eef - grasp)[:2]) < ALIGNED and eef[2] < grasp[2] + APPROACH[2] + REACHED:
+        return "down"
+    return "above"
+
+
+def phase_action(phase: str, eef: np.ndarray, obj: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """The 7-d OSC action of a phase: a clipped step towards its waypoint, and the gripper command."""
+    grasp = obj + BOWL_RIM
+    goal = {
+        "above": grasp + APPROACH, "down": grasp, "close": grasp, "open": eef,
+        "lift": np.array([eef[0], eef[1], LIFT_HEIGHT]), "over": target + BOWL_RIM + OVER,
+        "lower": target + BOWL_RIM + LOWER, "release": eef, "retreat": np.array([eef[0], eef[1], LIFT_HEIGHT]),
+    }[phase]
+    action = np.zeros(7, np.float32)
+    action[:3] = np.clip((goal - eef) / OSC_POS_SCALE, -1, 1)
+    action[6] = 1.0 if phase in ("close", "lift", "over", "lower") else -1.0
+    return action
+
+
+class StatePickPlaceExpert:
+    """Drop-in for PickPlaceExpert (same call: the policy state vector, privileged poses from the sim)."""
+
+    def __init__(self, libero_env) -> None:
+        self.sim = libero_env
+        self.obj, self.target = pick_place_goal(libero_env)
+        self.rest_z = float(self._pos(self.obj)[2])
+        self.phase, self.closing = "above", 0
+
+    def _pos(self, name: str) -> np.ndarray:
+        return self.sim.sim.data.body_xpos[self.sim.obj_body_id[name]].copy()
+
+    def __call__(self, state: np.ndarray) -> np.ndarray:
+        eef = np.asarray(state[:3], np.float64)
+        gap = float(state[6] - state[7])
+        obj, target = self._pos(self.obj), self._pos(self.target)
+        self.phase = state_phase(eef, gap, obj, target, self.rest_z, self.closing)
+        self.closing = self.closing + 1 if self.phase in ("close", "lift", "over", "lower") else 0  # gripping steps
+        return phase_action(self.phase, eef, obj, target)

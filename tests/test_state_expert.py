@@ -1,0 +1,71 @@
+"""The state expert (envs/state_expert.py) reads its phase from the sim state, so it can label states off its own
+path (DAgger): every phase from hand-placed poses, and on LIBERO it finishes the task after a policy-like
+overshoot with the gripper closed and after the bowl is dropped mid-lift."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from oxygen_gym.envs.experts import BOWL_RIM, LIFT_HEIGHT
+from oxygen_gym.envs.state_expert import SETTLE_STEPS, phase_action, state_phase
+
+OBJ = np.array([0.0, 0.2, 0.90])
+TARGET = np.array([0.1, 0.0, 0.90])
+GRASP = OBJ + BOWL_RIM
+OPEN, SHUT = 0.078, 0.004  # finger gaps: fully open, pinching a bowl's wall
+
+
+@pytest.mark.parametrize("eef, gap, obj, closing, phase", [
+    (GRASP + [0.2, 0.0, 0.2], OPEN, OBJ, 0, "above"),
+    (GRASP + [0.005, 0.0, 0.08], OPEN, OBJ, 0, "down"),
+    (GRASP + [0.005, 0.0, 0.0], OPEN, OBJ, 0, "close"),
+    (GRASP + [0.01, 0.0, 0.0], 0.03, OBJ, SETTLE_STEPS - 1, "close"),  # fingers still settling
+    (GRASP, SHUT, OBJ, SETTLE_STEPS, "lift"),
+    (GRASP + [0.0, 0.0, 0.2], SHUT, OBJ + [0.0, 0.0, 0.2], SETTLE_STEPS + 5, "over"),
+    (TARGET + BOWL_RIM + [0.0, 0.0, 0.15], SHUT, TARGET + [0.0, 0.0, 0.15], 40, "lower"),
+    (TARGET + BOWL_RIM + [0.0, 0.0, 0.06], SHUT, TARGET + [0.0, 0.0, 0.06], 50, "release"),
+    (TARGET + BOWL_RIM + [0.0, 0.0, 0.06], OPEN, TARGET + [0.0, 0.0, 0.02], 0, "retreat"),
+    (GRASP + [0.0, 0.0, 0.12], SHUT, OBJ, 20, "open"),  # lifted an empty gripper: a missed grasp
+    (GRASP + [0.0, -0.2, 0.1], 0.05, OBJ, 0, "open"),  # half closed far from the bowl
+])
+def test_the_phase_is_read_from_the_state(eef, gap, obj, closing, phase):
+    assert state_phase(np.asarray(eef), gap, np.asarray(obj), TARGET, rest_z=OBJ[2], closing_steps=closing) == phase
+
+
+def test_phase_actions_head_for_their_waypoint_and_command_the_gripper():
+    eef = GRASP + [0.0, 0.0, 0.3]
+    down = phase_action("down", eef, OBJ, TARGET)
+    assert down[2] == -1.0 and down[6] == -1.0 and np.allclose(down[3:6], 0)
+    lift = phase_action("lift", GRASP, OBJ, TARGET)
+    assert lift[2] == 1.0 and lift[6] == 1.0 and np.allclose(lift[:2], 0)
+    assert phase_action("lift", np.array([0, 0, LIFT_HEIGHT]), OBJ, TARGET)[2] == 0.0
+
+
+@pytest.mark.slow
+def test_the_state_expert_recovers_from_states_off_its_path():
+    import gymnasium as gym
+
+    import oxygen_gym.envs  # noqa: F401
+    from oxygen_gym.envs.state_expert import StatePickPlaceExpert
+
+    env = gym.make("oxygen_gym/LIBERO-v0", suite="libero_spatial", task_id=0, camera_size=64, fast_render=True,
+                   fast_reset=True)
+    try:
+        for push, drop in ((40, False), (0, True)):
+            obs, _ = env.reset(seed=7, options={"init_state": 0})
+            expert = StatePickPlaceExpert(env.unwrapped.libero_env.env)
+            phases, dropped, done, t = [], 0, False, 0
+            while not done:
+                action = expert(obs["state"])
+                if t < push:  # the overshoot seen in closed loop: drive sideways, gripper closed
+                    action = np.array([0, 1, 0, 0, 0, 0, 1], np.float32)
+                elif drop and expert.phase == "over" and dropped < 6:  # open the gripper mid-carry
+                    action[6], dropped = -1.0, dropped + 1
+                phases.append(expert.phase)
+                obs, _, terminated, truncated, info = env.step(action)
+                done, t = terminated or truncated, t + 1
+            assert info["is_success"], (push, drop, info["step"])
+            if drop:
+                assert dropped == 6 and phases.count("close") > SETTLE_STEPS + 1, "the bowl was not grasped again"
+    finally:
+        env.close()
