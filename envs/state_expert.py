@@ -19,6 +19,7 @@ REACHED = 0.015  # metres: at a waypoint
 ALIGNED = 0.02  # metres: horizontally over the grasp point, so descending is safe
 CLOSED = 0.06  # finger opening below which the gripper counts as closed (SubtaskLabeller's threshold)
 SETTLE_STEPS = 12  # steps of closing at the grasp point before lifting (the fingers pinch the wall ~10 steps in)
+ON_TABLE = 0.10  # metres above its resting height below which the object is still low (not yet carried high)
 OPEN_GAP = 0.07  # finger opening above which an opening gripper counts as open again (fully open ~0.078)
 
 
@@ -35,10 +36,10 @@ def state_phase(eef: np.ndarray, finger_gap: float, obj: np.ndarray, target: np.
     if at_object and finger_gap < CLOSED:  # holding the object (closed on it, fingers settled)
         if over_target:
             return "release" if np.linalg.norm(eef - (target + BOWL_RIM + LOWER)) < REACHED else "lower"
-        if eef[2] < LIFT_HEIGHT - 0.05 and obj[2] < rest_z + 0.10:
+        if eef[2] < LIFT_HEIGHT - 0.05 and obj[2] < rest_z + ON_TABLE:
             return "lift"
         return "over"
-    if over_target and obj[2] < rest_z + 0.10:
+    if over_target and obj[2] < rest_z + ON_TABLE:
         return "retreat"  # the object is on the target: let go and move away
     if np.linalg.norm(eef - grasp) < REACHED:
         return "close"  # at the grasp point

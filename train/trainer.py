@@ -77,9 +77,8 @@ class TrainConfig:
         for k in ("rtc_max_delay", "ema_decay", "color_jitter", "val_scenes"):
             if not d[k]:
                 d.pop(k)  # runs from before the option resume unchanged
-        d["val_scenes"] = list(d.get("val_scenes", ())) or None
-        if d["val_scenes"] is None:
-            d.pop("val_scenes")
+        if "val_scenes" in d:
+            d["val_scenes"] = list(d["val_scenes"])
         return d
 
 
@@ -107,7 +106,6 @@ def export(model, out: Path, stats, cfg: TrainConfig, step: int, dataset_info: d
     paths relative to the run folder)."""
     folder = save_pretrained(model, out / MODEL_DIR, stats, n_action_steps=model.config.action_horizon)
     recipe = {**asdict(cfg), "data": _relative(cfg.data, out), "out": ".", "init": _relative(cfg.init, out) or cfg.init}
-    recipe["val_scenes"] = list(cfg.val_scenes)
     data = {**dataset_info, "path": _relative(dataset_info.get("path"), out)}
     info = {
         "step": step, "train_seconds": round(seconds, 1), "train_config": recipe, "data": data, **(extra or {}),
@@ -152,7 +150,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     dataset = DemoDataset(demos, model.config, tokenizer, cfg.narrate_prompt, stats, progress=progress)
     monitor = CheckpointMonitor(out, dataset, val_demos, model.config, tokenizer, cfg, progress)
     info = _dataset_info(cfg.data, demos)
-    extra = {"validation": monitor.describe(), "ema_decay": cfg.ema_decay}
+    extra = {"validation": monitor.describe()}
     del demos, val_demos
     model.requires_grad_(True)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -164,9 +162,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         opt.load_state_dict(saved["optimizer"])
         gen.set_state(saved["generator"])
         step, seconds = saved["step"], saved["seconds"]
-        if ema is not None:
-            if saved.get("ema") is None:
-                raise ValueError(f"--out {out}: the saved run has no EMA weights to resume")
+        if ema is not None:  # the resume key holds ema_decay, so a saved run with EMA on has its average
             ema.load_state_dict(saved["ema"])
 
     def checkpoint() -> None:
