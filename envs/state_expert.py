@@ -71,7 +71,7 @@ class StatePickPlaceExpert:
         self.sim = libero_env
         self.obj, self.target = pick_place_goal(libero_env)
         self.rest_z = float(self._pos(self.obj)[2])
-        self.phase, self.closing = "above", 0
+        self.phase, self.closing, self._closing_before = "above", 0, 0
 
     def _pos(self, name: str) -> np.ndarray:
         return self.sim.sim.data.body_xpos[self.sim.obj_body_id[name]].copy()
@@ -81,5 +81,11 @@ class StatePickPlaceExpert:
         gap = float(state[6] - state[7])
         obj, target = self._pos(self.obj), self._pos(self.target)
         self.phase = state_phase(eef, gap, obj, target, self.rest_z, self.closing)
+        self._closing_before = self.closing
         self.closing = self.closing + 1 if self.phase in ("close", "lift", "over", "lower") else 0  # gripping steps
         return phase_action(self.phase, eef, obj, target)
+
+    def executed(self, action: np.ndarray) -> None:
+        """Count gripping steps from the action that ran, when it was not this expert's own (DAgger: the policy
+        drove), so the settling count follows the gripper the sim saw."""
+        self.closing = self._closing_before + 1 if float(action[6]) > 0 else 0

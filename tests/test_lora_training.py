@@ -77,6 +77,9 @@ def test_train_adapter_changes_no_base_weight_and_its_folder_reloads(tmp_path, m
     log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert log[-1]["step"] == 8
     folder = tmp_path / "run" / "adapter"
+    recipe = json.loads((folder / "training.json").read_text())
+    assert str(tmp_path) not in json.dumps(recipe) and recipe["config"]["data"] == "../data"  # no machine path
+    assert json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] == "libero-spatial"
     trained = read_peft(folder, held["model"]).weights
     assert len(trained.modules) == 7 * held["model"].config.vlm.depth
     assert any(float(b.abs().max()) > 0 for _, b in trained.modules.values()), "B stayed at its zero init"

@@ -25,7 +25,7 @@ from oxygen_gym.model.pi05.training import TrainBatch
 from oxygen_gym.model.tokenizer import tokenizer_for
 
 from .dataset import DemoDataset, load_demos
-from .trainer import LOG_FILE, NARRATE_PROMPT, STATE_FILE, _atomic_save
+from .trainer import LOG_FILE, NARRATE_PROMPT, STATE_FILE, _atomic_save, data_relative_to_run, relative_to_run
 
 ADAPTER_DIR = "adapter"
 DEFAULT_BASE = "libero-spatial"
@@ -207,10 +207,13 @@ def train_adapter(cfg: AdapterTrainConfig, progress: bool = True) -> Path:
 
 def export(bank: LoraBank, slot: int, cfg: AdapterTrainConfig, out: Path, step: int) -> Path:
     folder = write_peft(out / ADAPTER_DIR, trained_weights(bank, slot, cfg.rank), rank=cfg.rank, alpha=cfg.lora_alpha,
-                        target_modules=[t.split(".")[-1] for t in cfg.targets], base_model=cfg.init or DEFAULT_BASE)
+                        target_modules=[t.split(".")[-1] for t in cfg.targets],
+                        base_model=relative_to_run(cfg.init, out) or cfg.init or DEFAULT_BASE)
     manifest = Path(cfg.data) / "dataset.json"  # an `oxygen-gym collect` folder says which init states it holds
     data = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    recipe = {**cfg.resume_key(), "data": data_relative_to_run(cfg.data, out),  # no machine's directories
+              "init": relative_to_run(cfg.init, out) or cfg.init}
     (folder / "training.json").write_text(json.dumps({
-        "step": step, "config": cfg.resume_key(), "language_task": {"prompt": cfg.prompt, "label": cfg.label},
-        "data": {k: data[k] for k in ("init_states", "tasks") if k in data}}, indent=1))
+        "step": step, "config": recipe, "language_task": {"prompt": cfg.prompt, "label": cfg.label},
+        "data": {k: data[k] for k in ("init_states", "fresh_scenes", "tasks") if k in data}}, indent=1))
     return folder

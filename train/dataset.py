@@ -23,15 +23,26 @@ LIBERO_SLOTS = ("base_0_rgb", "left_wrist_0_rgb")
 LABELS = ("subtask", "memory")  # the per-step language targets a collection records  # policies/robots.py: libero base -> base, wrist -> left wrist
 
 
+def data_paths(data: str | Path) -> list[Path]:
+    """The collections `--data` names: one folder or file, or several joined by commas (expert demos plus DAgger
+    rollouts, say)."""
+    parts = [p.strip() for p in str(data).split(",") if p.strip()]
+    if not parts:
+        raise ValueError(f"--data must name a collection folder or a LIBERO HDF5 file, got {data!r}")
+    return [Path(p) for p in parts]
+
+
 def load_demos(data: str | Path) -> list[Demo]:
-    """Every complete demo of every `*_demo.hdf5` file in `data` (a folder) or of one file."""
-    path = Path(data)
-    files = sorted(path.glob("*_demo.hdf5")) if path.is_dir() else [path]
-    if not files:
-        raise ValueError(f"--data {data}: no *_demo.hdf5 files (run `oxygen-gym collect libero --out {data}` first)")
-    demos = [d for f in files for d in read_demos(f, demo_names(f))]
-    if not demos:
-        raise ValueError(f"--data {data}: the files hold no complete demos")
+    """Every complete demo of every `*_demo.hdf5` file in each folder of `data` (see data_paths), or of one file."""
+    demos: list[Demo] = []
+    for path in data_paths(data):
+        files = sorted(path.glob("*_demo.hdf5")) if path.is_dir() else [path]
+        if not files or not all(f.is_file() for f in files):
+            raise ValueError(f"--data {path}: no *_demo.hdf5 files (run `oxygen-gym collect libero --out {path}` first)")
+        found = [d for f in files for d in read_demos(f, demo_names(f))]
+        if not found:
+            raise ValueError(f"--data {path}: the files hold no complete demos")
+        demos.extend(found)
     return demos
 
 

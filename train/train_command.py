@@ -8,11 +8,13 @@ from .trainer import TrainConfig, train
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", required=True, help="a collection folder (oxygen-gym collect) or one LIBERO HDF5 file")
+    parser.add_argument("--data", required=True,
+                        help="a collection folder (oxygen-gym collect) or one LIBERO HDF5 file; several joined by commas")
     parser.add_argument("--out", required=True, help="run folder: train_state.pt, log.jsonl, loss.png, model/")
     defaults = {f.name: f.default for f in fields(TrainConfig) if f.name not in ("data", "out", "device")}
     parser.add_argument("--config", default=defaults["config"], help="PI05Config name to train from scratch")
-    parser.add_argument("--init", default=None, help="checkpoint folder to fine-tune instead")
+    parser.add_argument("--init", default=None,
+                        help="checkpoint folder to fine-tune instead (its normalisation statistics are kept)")
     for name in ("steps", "batch_size", "warmup", "seed", "checkpoint_every", "shift", "threads", "monitor_rows"):
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=defaults[name])
     parser.add_argument("--rtc-max-delay", type=int, default=0,

@@ -20,7 +20,7 @@ from oxygen_gym.model.pi05.loading import load_pretrained, save_pretrained
 from oxygen_gym.model.tokenizer import tokenizer_for
 from oxygen_gym.model.pi05.training import losses
 
-from .dataset import DemoDataset, compute_norm_stats, load_demos
+from .dataset import DemoDataset, compute_norm_stats, data_paths, load_demos
 from .checkpoint_monitor import CheckpointMonitor
 from .loss_plot import plot_losses
 from .validation_split import split_by_scene
@@ -95,7 +95,7 @@ def _atomic_save(obj, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _relative(path: str | None, out: Path) -> str | None:
+def relative_to_run(path: str | None, out: Path) -> str | None:
     """A path as seen from the run folder, so training.json names no machine's directories."""
     return None if path is None or not Path(path).exists() else os.path.relpath(Path(path).resolve(), out.resolve())
 
@@ -105,8 +105,9 @@ def export(model, out: Path, stats, cfg: TrainConfig, step: int, dataset_info: d
     """The trained model as a checkpoint folder of our own family, plus training.json (recipe, data, language task;
     paths relative to the run folder)."""
     folder = save_pretrained(model, out / MODEL_DIR, stats, n_action_steps=model.config.action_horizon)
-    recipe = {**asdict(cfg), "data": _relative(cfg.data, out), "out": ".", "init": _relative(cfg.init, out) or cfg.init}
-    data = {**dataset_info, "path": _relative(dataset_info.get("path"), out)}
+    recipe = {**asdict(cfg), "data": data_relative_to_run(cfg.data, out), "out": ".",
+              "init": relative_to_run(cfg.init, out) or cfg.init}
+    data = {**dataset_info, "path": data_relative_to_run(dataset_info.get("path"), out)}
     info = {
         "step": step, "train_seconds": round(seconds, 1), "train_config": recipe, "data": data, **(extra or {}),
         "language_tasks": [{"name": "narrate", "prompt": cfg.narrate_prompt, "max_new_tokens": cfg.narrate_max_new_tokens}],
@@ -115,18 +116,36 @@ def export(model, out: Path, stats, cfg: TrainConfig, step: int, dataset_info: d
     return folder
 
 
-def _dataset_info(data: str, demos) -> dict:
+def data_relative_to_run(data: str | None, out: Path) -> str | None:
+    """`--data`'s collections (comma-joined), each as seen from the run folder."""
+    if data is None:
+        return None
+    return ",".join(relative_to_run(str(p), out) or str(p) for p in data_paths(data))
+
+
+def _collection_config(path: Path, out: Path | None) -> dict:
+    """A collection's settings from its manifest (those it predates take their defaults); a DAgger policy's path is
+    written relative to the run folder."""
+    manifest = path / "dataset.json"
+    collect = json.loads(manifest.read_text())["config"] if manifest.is_file() else {}
+    if not collect:
+        return {}
+    from .collect.collector import CollectConfig
+
+    collect = {**CollectConfig().to_json(), **collect}
+    if collect.get("dagger_checkpoint") and out is not None:
+        collect["dagger_checkpoint"] = relative_to_run(collect["dagger_checkpoint"], out) or collect["dagger_checkpoint"]
+    return collect
+
+
+def _dataset_info(data: str, demos, out: Path | None = None) -> dict:
     inits = sorted({int(d.attrs["init_state"]) for d in demos if "init_state" in d.attrs})
     scenes = sorted({int(d.attrs["scene"]) for d in demos if "scene" in d.attrs})  # fresh scenes (collector.py)
     tasks = sorted({str(d.attrs.get("task_name", "")) for d in demos})
-    manifest = Path(data) / "dataset.json"
-    collect = json.loads(manifest.read_text())["config"] if manifest.is_file() else {}
-    if collect:  # settings a collection's manifest predates take their defaults
-        from .collect.collector import CollectConfig
-
-        collect = {**CollectConfig().to_json(), **collect}
+    collects = [_collection_config(p, out) for p in data_paths(data)]
     return {"path": str(data), "demos": len(demos), "steps": int(sum(len(d) for d in demos)),
-            "init_states": inits, "scenes": scenes, "tasks": tasks, "collect": collect}
+            "init_states": inits, "scenes": scenes, "tasks": tasks,
+            "collect": collects[0] if len(collects) == 1 else collects}
 
 
 def train(cfg: TrainConfig, progress: bool = True) -> Path:
@@ -141,15 +160,17 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         raise ValueError(f"--out {out} holds a run with other settings {diff}; use another --out or the same flags")
 
     demos, val_demos = split_by_scene(load_demos(cfg.data), cfg.val_scenes)
-    stats = saved["norm_stats"] if saved else compute_norm_stats(demos)
     if cfg.init:
         model = load_pretrained(cfg.init, device=cfg.device, dtype=torch.float32)
+        # a fine-tune keeps the statistics its weights were trained with: new data must not move the units
+        stats = saved["norm_stats"] if saved else (model.norm_stats or compute_norm_stats(demos))
     else:
+        stats = saved["norm_stats"] if saved else compute_norm_stats(demos)
         model = build_model(PI05Config.named(cfg.config), seed=cfg.seed, device=cfg.device, dtype=torch.float32)
     tokenizer = tokenizer_for(model.config.vocab_size, cfg.init)
     dataset = DemoDataset(demos, model.config, tokenizer, cfg.narrate_prompt, stats, progress=progress)
     monitor = CheckpointMonitor(out, dataset, val_demos, model.config, tokenizer, cfg, progress)
-    info = _dataset_info(cfg.data, demos)
+    info = _dataset_info(cfg.data, demos, out)
     extra = {"validation": monitor.describe()}
     del demos, val_demos
     model.requires_grad_(True)

@@ -40,6 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-fast-render", action="store_true", help="antialiased rendering (about 2x slower)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", required=True, help="folder for the HDF5 files, dataset.json and attempts.jsonl")
+    parser.add_argument("--dagger", default=None, metavar="CHECKPOINT",
+                        help="DAgger rollouts instead of expert demos: this policy drives (a chunk at a time) and the "
+                             "state expert labels every visited state; demos are kept whether or not they succeed")
+    parser.add_argument("--dagger-beta", type=float, default=0.3,
+                        help="with --dagger: probability that a chunk is executed by the expert (default 0.3)")
     parser.add_argument("--relabel", action="store_true",
                         help="collect nothing: recompute the subtask and memory labels of the demos in --out from "
                              "their recorded sim states (train/collect/relabel.py)")
@@ -67,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
             variants=args.variants,
             noise_std=args.noise_std, protocol=args.protocol, camera_size=args.camera_size,
             fast_render=not args.no_fast_render, workers=args.workers,
+            dagger_checkpoint=args.dagger, dagger_beta=args.dagger_beta,
         )
         if cfg.variants < 1 or cfg.workers < 1 or cfg.noise_std < 0:
             raise ValueError("--variants and --workers must be >= 1 and --noise-std >= 0")

@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from oxygen_gym.envs.libero_scenes import SAME_SCENE_M, fresh_scene_seed
 
+from .dagger import DaggerConfig, MixedActor, policy_for
 from .libero_hdf5 import POLICY_ORIENTATION, Demo, demo_names, write_demo
 
 ATTEMPTS = "attempts.jsonl"
@@ -74,11 +75,17 @@ class CollectConfig:
     fast_reset: bool = True  # soft reset, seeded per episode: a demo's scene depends on its key only, never on order
     max_steps: int | None = None  # None = the protocol's limit for the suite
     workers: int = 2
+    # DAgger (dagger.py): this policy drives, executing each chunk with probability 1 - dagger_beta, and the state
+    # expert labels every visited state; demos are kept whether or not the episode succeeded
+    dagger_checkpoint: str | None = None
+    dagger_beta: float = 0.3
 
     def __post_init__(self) -> None:
         if self.fresh_scenes and self.init_states:
             raise ValueError("collect from official init states or from fresh scenes, not both "
                              f"(init_states={list(self.init_states)}, fresh_scenes={list(self.fresh_scenes)})")
+        if self.dagger_checkpoint is not None:
+            DaggerConfig(self.dagger_checkpoint, self.dagger_beta)  # validates beta
 
     def episodes(self) -> list[EpisodeKey]:
         if self.fresh_scenes:
@@ -117,11 +124,13 @@ def _env_for(cfg: CollectConfig, task_id: int):
 
 
 def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey, Demo | None, dict]:
-    """One expert episode; returns the demo (None when the expert failed) and its attempt record."""
+    """One expert episode (with `cfg.dagger_checkpoint`: one DAgger rollout); returns the demo (None when the
+    expert failed or the scene is an official one) and its attempt record."""
     import torch
 
     from oxygen_gym.envs.experts import PickPlaceExpert, SubtaskLabeller
     from oxygen_gym.envs.scene_memory import MemoryLabeller
+    from oxygen_gym.envs.state_expert import StatePickPlaceExpert
 
     torch.set_num_threads(1)
     env = _env_for(cfg, key.task_id)
@@ -136,16 +145,28 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
     if scene_attrs.get("official_distance_m", 1.0) < SAME_SCENE_M:  # LIBERO drew an official scene: keep it held out
         return key, None, {"episode": key.name, **asdict(key), "success": False, "steps": 0, **scene_attrs,
                            "rejected": "the scene equals an official init state", "seconds": 0.0}
-    expert, labeller, memory = PickPlaceExpert(sim), SubtaskLabeller(sim), MemoryLabeller(sim)
+    labeller, memory = SubtaskLabeller(sim), MemoryLabeller(sim)
     rng = np.random.default_rng(key.noise_seed())
+    dagger = DaggerConfig(cfg.dagger_checkpoint, cfg.dagger_beta) if cfg.dagger_checkpoint else None
+    if dagger is None:
+        expert, actor = PickPlaceExpert(sim), None
+    else:
+        from oxygen_gym.envs.protocols import get_libero_protocol
+
+        expert = StatePickPlaceExpert(sim)
+        actor = MixedActor(policy_for(dagger, cfg.protocol), dagger.beta, get_libero_protocol(cfg.protocol).replan, rng)
     steps: dict[str, list] = {k: [] for k in ("agentview", "wrist", "ee", "grip", "joints", "act", "exec", "states", "sub", "mem")}
     done = False
     while not done:
         state = obs["state"]
         action = expert(state)
-        executed = action.copy()
-        if key.variant > 0:
-            executed[:3] = np.clip(executed[:3] + rng.normal(0.0, cfg.noise_std, 3), -1, 1)
+        if actor is not None:
+            executed = actor(obs, action)
+            expert.executed(executed)
+        else:
+            executed = action.copy()
+            if key.variant > 0:
+                executed[:3] = np.clip(executed[:3] + rng.normal(0.0, cfg.noise_std, 3), -1, 1)
         steps["agentview"].append(obs["images"]["base"])
         steps["wrist"].append(obs["images"]["wrist"])
         steps["ee"].append(state[:6])
@@ -160,7 +181,9 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
         done = terminated or truncated
     record = {"episode": key.name, **asdict(key), "success": bool(info["is_success"]), "steps": int(info["step"]),
               "seconds": round(time.perf_counter() - t0, 2), **scene_attrs}
-    if not info["is_success"]:
+    if actor is not None:
+        record["policy_steps"] = actor.policy_steps
+    if not info["is_success"] and actor is None:
         return key, None, record
     demo = Demo(
         agentview=np.stack(steps["agentview"]), wrist=np.stack(steps["wrist"]),
@@ -170,7 +193,10 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
         subtasks=steps["sub"], memory=steps["mem"],
         attrs={**({"init_state": key.init_state} if key.scene is None else scene_attrs),
                "variant": key.variant, "episode": key.name,
-               "noise_std": cfg.noise_std if key.variant else 0.0, "seed": int(env.unwrapped.protocol.seed),
+               "noise_std": cfg.noise_std if key.variant and actor is None else 0.0,
+               "seed": int(env.unwrapped.protocol.seed),
+               **({} if actor is None else {"dagger_beta": dagger.beta, "policy_steps": actor.policy_steps,
+                                             "success": bool(info["is_success"])}),
                "language": env.unwrapped.language, "task_name": env.unwrapped.task_name},
     )
     return key, demo, record
@@ -225,7 +251,8 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
     manifest = out / MANIFEST
     if manifest.is_file():
         old = json.loads(manifest.read_text())["config"]
-        keep = ("suite", "variants", "noise_std", "protocol", "camera_size", "fast_render", "fast_reset", "max_steps")
+        keep = ("suite", "variants", "noise_std", "protocol", "camera_size", "fast_render", "fast_reset", "max_steps",
+                "dagger_checkpoint", "dagger_beta")
         if bool(old.get("fresh_scenes")) != bool(cfg.fresh_scenes):
             raise ValueError(f"--out {out} holds a collection from "
                              f"{'fresh scenes' if old.get('fresh_scenes') else 'official init states'}; use another folder")
@@ -241,7 +268,7 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
     manifest.write_text(json.dumps({"config": cfg.to_json(), "init_states": all_inits, "fresh_scenes": all_scenes,
                                     "tasks": sorted(set(cfg.tasks)),
                                     "format": "LIBERO HDF5 (train/collect/libero_hdf5.py)"}, indent=1))
-    counts = {"attempted_before": len(attempted), "ran": 0, "kept": 0, "failed": 0}
+    counts = {"attempted_before": len(attempted), "ran": 0, "kept": 0, "failed": 0, "succeeded": 0}
     if not pending:
         return counts
     attrs = {t: _file_attrs(cfg, t) for t in sorted({k.task_id for k in pending})}
@@ -255,6 +282,7 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
         with open(out / ATTEMPTS, "a") as log:
             for key, demo, record in results:
                 counts["ran"] += 1
+                counts["succeeded"] += bool(record["success"])
                 if demo is not None:
                     path = task_file(out, key.suite, key.task_id)
                     index = key.index * cfg.variants + key.variant
@@ -266,7 +294,7 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
                 log.flush()
                 os.fsync(log.fileno())
                 bar.update(1)
-                bar.set_postfix_str(f"kept {counts['kept']} failed {counts['failed']}", refresh=False)
+                bar.set_postfix_str(f"kept {counts['kept']} succeeded {counts['succeeded']}", refresh=False)
     finally:
         bar.close()
         if pool:
