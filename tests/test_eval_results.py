@@ -208,3 +208,12 @@ def test_memory_accuracy_is_pooled_over_frames_beside_narration():
     assert s["memory"] == {"frames": 40, "correct": 12, "accuracy": 0.3, "episodes": 2}
     assert s["narration"]["correct"] == 11
     assert "what the robot did last) correctly on 30.0% of 40 labelled frames" in render_markdown(s)
+
+
+def test_a_task_that_did_not_run_has_no_accuracy_rather_than_zero():
+    from oxygen_gym.eval.libero.narration import narration_accuracy
+
+    narration = [{"task": "narrate", "frame": 0, "done": True, "text": "reach for the black bowl"}]
+    labels = ["reach for the black bowl", "reach for the black bowl"]
+    assert narration_accuracy(narration, labels) == {"frames": 2, "correct": 1, "accuracy": 0.5}
+    assert narration_accuracy(narration, ["nothing yet"] * 2, task="memory") is None  # no memory task ran

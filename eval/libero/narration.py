@@ -19,10 +19,13 @@ def normalise(text: str) -> str:
 
 
 def narration_accuracy(narration: list[dict], labels: list, task: str = "narrate") -> dict | None:
-    """{"frames", "correct", "accuracy"} over the calls that have a label, or None when nothing is labelled."""
+    """{"frames", "correct", "accuracy"} over the calls that have a label, or None when nothing is labelled or the
+    task did not run (an eval without a memory task reports no memory accuracy, not 0%)."""
     if not labels or not any(x is not None for x in labels):
         return None
     by_frame = {int(r["frame"]): r for r in narration if r.get("task") == task}
+    if not by_frame:
+        return None
     frames = correct = 0
     for frame, label in enumerate(labels):
         if label is None:
