@@ -10,7 +10,7 @@ import pytest
 from oxygen_gym.envs.state_expert import SETTLE_STEPS, StatePickPlaceExpert
 from oxygen_gym.model.norm_stats import load_norm_stats
 from oxygen_gym.train.collect.collector import CollectConfig
-from oxygen_gym.train.collect.dagger import DaggerConfig, MixedActor
+from oxygen_gym.train.collect.dagger import MixedActor
 from oxygen_gym.train.collect.libero_hdf5 import write_demo
 from oxygen_gym.train.dataset import compute_norm_stats, load_demos
 from oxygen_gym.train.trainer import TrainConfig, train
@@ -69,7 +69,7 @@ def test_mixed_chunks_run_whole_and_expert_chunks_execute_the_label():
 
 def test_dagger_beta_must_leave_the_policy_something_to_drive():
     with pytest.raises(ValueError, match="--dagger-beta"):
-        DaggerConfig("libero-spatial", beta=1.0)
+        CollectConfig(init_states=(), fresh_scenes=(0,), dagger_checkpoint="libero-spatial", dagger_beta=1.0)
     with pytest.raises(ValueError, match="--dagger-beta"):
         CollectConfig(init_states=(), fresh_scenes=(0,), dagger_checkpoint="libero-spatial", dagger_beta=-0.1)
 

@@ -208,11 +208,11 @@ def train_adapter(cfg: AdapterTrainConfig, progress: bool = True) -> Path:
 def export(bank: LoraBank, slot: int, cfg: AdapterTrainConfig, out: Path, step: int) -> Path:
     folder = write_peft(out / ADAPTER_DIR, trained_weights(bank, slot, cfg.rank), rank=cfg.rank, alpha=cfg.lora_alpha,
                         target_modules=[t.split(".")[-1] for t in cfg.targets],
-                        base_model=relative_to_run(cfg.init, out) or cfg.init or DEFAULT_BASE)
+                        base_model=relative_to_run(cfg.init, out) or DEFAULT_BASE)
     manifest = Path(cfg.data) / "dataset.json"  # an `oxygen-gym collect` folder says which init states it holds
     data = json.loads(manifest.read_text()) if manifest.is_file() else {}
     recipe = {**cfg.resume_key(), "data": data_relative_to_run(cfg.data, out),  # no machine's directories
-              "init": relative_to_run(cfg.init, out) or cfg.init}
+              "init": relative_to_run(cfg.init, out)}
     (folder / "training.json").write_text(json.dumps({
         "step": step, "config": recipe, "language_task": {"prompt": cfg.prompt, "label": cfg.label},
         "data": {k: data[k] for k in ("init_states", "fresh_scenes", "tasks") if k in data}}, indent=1))

@@ -96,8 +96,11 @@ def _atomic_save(obj, path: Path) -> None:
 
 
 def relative_to_run(path: str | None, out: Path) -> str | None:
-    """A path as seen from the run folder, so training.json names no machine's directories."""
-    return None if path is None or not Path(path).exists() else os.path.relpath(Path(path).resolve(), out.resolve())
+    """A path as seen from the run folder, so training.json names no machine's directories; a string that names
+    nothing here (a built-in model's name) is returned as given."""
+    if path is None or not Path(path).exists():
+        return path
+    return os.path.relpath(Path(path).resolve(), out.resolve())
 
 
 def export(model, out: Path, stats, cfg: TrainConfig, step: int, dataset_info: dict, seconds: float,
@@ -106,7 +109,7 @@ def export(model, out: Path, stats, cfg: TrainConfig, step: int, dataset_info: d
     paths relative to the run folder)."""
     folder = save_pretrained(model, out / MODEL_DIR, stats, n_action_steps=model.config.action_horizon)
     recipe = {**asdict(cfg), "data": data_relative_to_run(cfg.data, out), "out": ".",
-              "init": relative_to_run(cfg.init, out) or cfg.init}
+              "init": relative_to_run(cfg.init, out)}
     data = {**dataset_info, "path": data_relative_to_run(dataset_info.get("path"), out)}
     info = {
         "step": step, "train_seconds": round(seconds, 1), "train_config": recipe, "data": data, **(extra or {}),
@@ -120,7 +123,7 @@ def data_relative_to_run(data: str | None, out: Path) -> str | None:
     """`--data`'s collections (comma-joined), each as seen from the run folder."""
     if data is None:
         return None
-    return ",".join(relative_to_run(str(p), out) or str(p) for p in data_paths(data))
+    return ",".join(relative_to_run(str(p), out) for p in data_paths(data))
 
 
 def _collection_config(path: Path, out: Path | None) -> dict:
@@ -133,8 +136,8 @@ def _collection_config(path: Path, out: Path | None) -> dict:
     from .collect.collector import CollectConfig
 
     collect = {**CollectConfig().to_json(), **collect}
-    if collect.get("dagger_checkpoint") and out is not None:
-        collect["dagger_checkpoint"] = relative_to_run(collect["dagger_checkpoint"], out) or collect["dagger_checkpoint"]
+    if out is not None:
+        collect["dagger_checkpoint"] = relative_to_run(collect.get("dagger_checkpoint"), out)
     return collect
 
 
@@ -162,11 +165,11 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     demos, val_demos = split_by_scene(load_demos(cfg.data), cfg.val_scenes)
     if cfg.init:
         model = load_pretrained(cfg.init, device=cfg.device, dtype=torch.float32)
-        # a fine-tune keeps the statistics its weights were trained with: new data must not move the units
-        stats = saved["norm_stats"] if saved else (model.norm_stats or compute_norm_stats(demos))
     else:
-        stats = saved["norm_stats"] if saved else compute_norm_stats(demos)
         model = build_model(PI05Config.named(cfg.config), seed=cfg.seed, device=cfg.device, dtype=torch.float32)
+    # a fine-tune keeps the statistics its weights were trained with: new data must not move the units
+    base_stats = model.norm_stats if cfg.init else None
+    stats = saved["norm_stats"] if saved else (base_stats or compute_norm_stats(demos))
     tokenizer = tokenizer_for(model.config.vocab_size, cfg.init)
     dataset = DemoDataset(demos, model.config, tokenizer, cfg.narrate_prompt, stats, progress=progress)
     monitor = CheckpointMonitor(out, dataset, val_demos, model.config, tokenizer, cfg, progress)

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from oxygen_gym.envs.libero_scenes import SAME_SCENE_M, fresh_scene_seed
 
-from .dagger import DaggerConfig, MixedActor, policy_for
+from .dagger import MixedActor, check_beta, policy_for
 from .libero_hdf5 import POLICY_ORIENTATION, Demo, demo_names, write_demo
 
 ATTEMPTS = "attempts.jsonl"
@@ -85,7 +85,7 @@ class CollectConfig:
             raise ValueError("collect from official init states or from fresh scenes, not both "
                              f"(init_states={list(self.init_states)}, fresh_scenes={list(self.fresh_scenes)})")
         if self.dagger_checkpoint is not None:
-            DaggerConfig(self.dagger_checkpoint, self.dagger_beta)  # validates beta
+            check_beta(self.dagger_beta)
 
     def episodes(self) -> list[EpisodeKey]:
         if self.fresh_scenes:
@@ -147,14 +147,14 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
                            "rejected": "the scene equals an official init state", "seconds": 0.0}
     labeller, memory = SubtaskLabeller(sim), MemoryLabeller(sim)
     rng = np.random.default_rng(key.noise_seed())
-    dagger = DaggerConfig(cfg.dagger_checkpoint, cfg.dagger_beta) if cfg.dagger_checkpoint else None
-    if dagger is None:
+    if cfg.dagger_checkpoint is None:
         expert, actor = PickPlaceExpert(sim), None
     else:
         from oxygen_gym.envs.protocols import get_libero_protocol
 
         expert = StatePickPlaceExpert(sim)
-        actor = MixedActor(policy_for(dagger, cfg.protocol), dagger.beta, get_libero_protocol(cfg.protocol).replan, rng)
+        actor = MixedActor(policy_for(cfg.dagger_checkpoint, cfg.protocol), cfg.dagger_beta,
+                           get_libero_protocol(cfg.protocol).replan, rng)
     steps: dict[str, list] = {k: [] for k in ("agentview", "wrist", "ee", "grip", "joints", "act", "exec", "states", "sub", "mem")}
     done = False
     while not done:
@@ -195,7 +195,7 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
                "variant": key.variant, "episode": key.name,
                "noise_std": cfg.noise_std if key.variant and actor is None else 0.0,
                "seed": int(env.unwrapped.protocol.seed),
-               **({} if actor is None else {"dagger_beta": dagger.beta, "policy_steps": actor.policy_steps,
+               **({} if actor is None else {"dagger_beta": cfg.dagger_beta, "policy_steps": actor.policy_steps,
                                              "success": bool(info["is_success"])}),
                "language": env.unwrapped.language, "task_name": env.unwrapped.task_name},
     )

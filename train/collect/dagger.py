@@ -10,33 +10,27 @@ succeeded, since its labels are the expert's either way.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 _POLICY: dict = {}
 
 
-@dataclass(frozen=True)
-class DaggerConfig:
-    checkpoint: str  # the policy that drives (a checkpoint folder or a built-in name)
-    beta: float = 0.3  # probability that a chunk is executed by the expert instead of the policy
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.beta < 1.0:
-            raise ValueError(f"--dagger-beta must be in [0, 1) (1 would be plain expert collection), got {self.beta}")
+def check_beta(beta: float) -> None:
+    if not 0.0 <= beta < 1.0:
+        raise ValueError(f"--dagger-beta must be in [0, 1) (1 would be plain expert collection), got {beta}")
 
 
-def policy_for(dagger: DaggerConfig, protocol: str):
-    """The driving policy of this worker process, built once (actions only: no language tasks)."""
-    if _POLICY.get("key") != (dagger.checkpoint, protocol):
+def policy_for(checkpoint: str, protocol: str):
+    """The driving policy of this worker process (a checkpoint folder or a built-in name), built once (actions
+    only: no language tasks)."""
+    if _POLICY.get("key") != (checkpoint, protocol):
         from oxygen_gym import MultiTaskPolicy
         from oxygen_gym.envs.protocols import get_libero_protocol
 
         _POLICY["policy"] = MultiTaskPolicy.from_pretrained(
-            dagger.checkpoint, robot="libero", tasks=[], seed=0,
+            checkpoint, robot="libero", tasks=[], seed=0,
             image_resize=get_libero_protocol(protocol).image_resize)  # as eval feeds it (eval_config.overrides)
-        _POLICY["key"] = (dagger.checkpoint, protocol)
+        _POLICY["key"] = (checkpoint, protocol)
     return _POLICY["policy"]
 
 
@@ -46,21 +40,20 @@ class MixedActor:
 
     def __init__(self, policy, beta: float, replan: int, rng: np.random.Generator) -> None:
         self.policy, self.beta, self.replan, self.rng = policy, beta, replan, rng
-        self.queue: list[np.ndarray] = []
-        self.expert_left = 0
+        self.queue: list[np.ndarray | None] = []  # the chunk's actions still to run; None = the expert's label
         self.policy_steps = 0
         policy.reset(seed=int(rng.integers(2**31)))  # the policy's noise depends on the episode's key, not on order
 
     def __call__(self, obs: dict, label: np.ndarray) -> np.ndarray:
         """The action to execute at this step, given the expert's `label` for the same state."""
-        if not self.queue and not self.expert_left:
+        if not self.queue:
             if self.rng.random() < self.beta:
-                self.expert_left = self.replan
+                self.queue = [None] * self.replan
             else:
                 actions, _ = self.policy.act(obs)
                 self.queue = [np.asarray(a, np.float32) for a in np.asarray(actions)[: self.replan]]
-        if self.expert_left:
-            self.expert_left -= 1
+        action = self.queue.pop(0)
+        if action is None:
             return label.copy()
         self.policy_steps += 1
-        return self.queue.pop(0)
+        return action
