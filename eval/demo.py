@@ -72,18 +72,18 @@ def _trained_defaults(args: argparse.Namespace) -> dict:
     """Fill the defaults that depend on the checkpoint; returns its trained language tasks (name -> task)."""
     from oxygen_gym.model.trained import trained_model_dir
 
-    from .libero.narration import training_info, trained_language_tasks
+    from .libero.narration import data_collections, training_info, trained_language_tasks
 
     if args.checkpoint is None:
         args.checkpoint = DEFAULT_TRAINED if trained_model_dir(DEFAULT_TRAINED) else "tiny"
-    info = training_info(args.checkpoint)
-    env = (info.get("data") or {}).get("collect") or {}
+    # render and reset as the data was (a setting only when every collection used it)
+    collections = data_collections(training_info(args.checkpoint).get("data"))
     if args.init_state is None:
         args.init_state = DEMO_INIT_STATE if args.checkpoint == DEFAULT_TRAINED else 0
     if args.fast_render is None:
-        args.fast_render = bool(env.get("fast_render", False))
+        args.fast_render = bool(collections) and all(c.get("fast_render", False) for c in collections)
     if args.fast_reset is None:
-        args.fast_reset = bool(env.get("fast_reset", False))
+        args.fast_reset = bool(collections) and all(c.get("fast_reset", False) for c in collections)
     return trained_language_tasks(args.checkpoint)
 
 

@@ -71,13 +71,20 @@ def _checkpoint_folder(checkpoint: str) -> Path | None:
     return folder if folder.is_dir() else None
 
 
+def data_collections(data: dict | None) -> list[dict]:
+    """The `oxygen-gym collect` configs a checkpoint's data came from: training.json holds one, or a list when the
+    model trained on several collections (`oxygen-gym train --data A,B`, e.g. demonstrations plus DAgger rollouts)."""
+    collect = (data or {}).get("collect") or []
+    return collect if isinstance(collect, list) else [collect]
+
+
 def training_scenes(data: dict) -> set[int]:
     """The fresh scene indices a checkpoint trained on. A training.json from before `scenes` was recorded falls back
     to the scenes its collection asked for (a superset of the kept demos': an episode is never called held out
     wrongly)."""
     if "scenes" in data:
         return {int(k) for k in data["scenes"]}
-    return {int(k) for k in (data.get("collect") or {}).get("fresh_scenes") or []}
+    return {int(k) for c in data_collections(data) for k in c.get("fresh_scenes") or []}
 
 
 def is_held_out(data: dict | None, task_name: str | None, init_state: int | None,
