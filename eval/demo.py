@@ -76,14 +76,17 @@ def _trained_defaults(args: argparse.Namespace) -> dict:
 
     if args.checkpoint is None:
         args.checkpoint = DEFAULT_TRAINED if trained_model_dir(DEFAULT_TRAINED) else "tiny"
-    # render and reset as the data was (a setting only when every collection used it)
     collections = data_collections(training_info(args.checkpoint).get("data"))
+
+    def every_collection(setting: str) -> bool:  # render and reset as the data was, if all of it was
+        return bool(collections) and all(c.get(setting, False) for c in collections)
+
     if args.init_state is None:
         args.init_state = DEMO_INIT_STATE if args.checkpoint == DEFAULT_TRAINED else 0
     if args.fast_render is None:
-        args.fast_render = bool(collections) and all(c.get("fast_render", False) for c in collections)
+        args.fast_render = every_collection("fast_render")
     if args.fast_reset is None:
-        args.fast_reset = bool(collections) and all(c.get("fast_reset", False) for c in collections)
+        args.fast_reset = every_collection("fast_reset")
     return trained_language_tasks(args.checkpoint)
 
 

@@ -83,6 +83,8 @@ def test_held_out_compares_a_scene_with_the_training_scenes(tmp_path):
     old = {k: v for k, v in data.items() if k != "scenes"}
     old["collect"] = {"fresh_scenes": [0, 1, 7, 9]}
     assert is_held_out(old, TASK0, None, scene=9) is False and is_held_out(old, TASK0, None, scene=10) is True
+    old["collect"] = [{"fresh_scenes": [0, 1]}, {"fresh_scenes": [7, 9]}]  # several collections (train --data A,B)
+    assert is_held_out(old, TASK0, None, scene=9) is False and is_held_out(old, TASK0, None, scene=10) is True
 
 
 def _trained_checkpoint(tmp_path, scenes: list[int]):

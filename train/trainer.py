@@ -167,9 +167,9 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         model = load_pretrained(cfg.init, device=cfg.device, dtype=torch.float32)
     else:
         model = build_model(PI05Config.named(cfg.config), seed=cfg.seed, device=cfg.device, dtype=torch.float32)
-    # a fine-tune keeps the statistics its weights were trained with: new data must not move the units
-    base_stats = model.norm_stats if cfg.init else None
-    stats = saved["norm_stats"] if saved else (base_stats or compute_norm_stats(demos))
+    # a fine-tune keeps the statistics its weights were trained with (new data must not move the units); a built
+    # model has none
+    stats = saved["norm_stats"] if saved else (model.norm_stats or compute_norm_stats(demos))
     tokenizer = tokenizer_for(model.config.vocab_size, cfg.init)
     dataset = DemoDataset(demos, model.config, tokenizer, cfg.narrate_prompt, stats, progress=progress)
     monitor = CheckpointMonitor(out, dataset, val_demos, model.config, tokenizer, cfg, progress)
