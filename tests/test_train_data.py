@@ -148,3 +148,25 @@ def test_the_trained_model_loads_as_a_policy(tmp_path):
         assert policy.model.config.to_json() == {**PI05Config.named("compact").to_json(), "extra": policy.model.config.extra}
     assert actions.shape == (10, 7) and np.isfinite(actions).all()
     assert updates and updates[0].task == "narrate"
+
+
+def test_a_reader_holding_the_file_open_delays_the_next_write_instead_of_failing_it(tmp_path):
+    """HDF5 locks a file while any process reads it; a user looking into a collection mid-run must not kill it."""
+    import subprocess
+    import sys
+
+    from oxygen_gym.train.collect import libero_hdf5
+
+    path = tmp_path / "demos.hdf5"
+    libero_hdf5.write_demo(path, "demo_0", synthetic_demo(0, size=16), {"suite": "s"})
+    reader = subprocess.Popen([sys.executable, "-c", "import h5py, sys, time\nf = h5py.File(sys.argv[1], 'r')\n"
+                               "print('open', flush=True)\ntime.sleep(3)\nf.close()", str(path)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline().strip() == "open"
+        with pytest.raises(BlockingIOError):  # what the writer met before it waited
+            libero_hdf5._open_for_append(path, wait_s=0.0)
+        libero_hdf5.write_demo(path, "demo_1", synthetic_demo(1, size=16), {"suite": "s"})
+    finally:
+        reader.wait(timeout=30)
+    assert libero_hdf5.demo_names(path) == ["demo_0", "demo_1"]

@@ -45,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "state expert labels every visited state; demos are kept whether or not they succeed")
     parser.add_argument("--dagger-beta", type=float, default=0.3,
                         help="with --dagger: probability that a chunk is executed by the expert (default 0.3)")
+    parser.add_argument("--perturb", type=float, default=0.0, metavar="RATE",
+                        help="perturbed demos: the state expert drives and labels; in variants > 0 each chunk starts, "
+                             "with this probability, a push of several cm or a flipped gripper command it must "
+                             "recover from (train/collect/perturb.py); failed demos are kept")
     parser.add_argument("--relabel", action="store_true",
                         help="collect nothing: recompute the subtask and memory labels of the demos in --out from "
                              "their recorded sim states (train/collect/relabel.py)")
@@ -72,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
             variants=args.variants,
             noise_std=args.noise_std, protocol=args.protocol, camera_size=args.camera_size,
             fast_render=not args.no_fast_render, workers=args.workers,
-            dagger_checkpoint=args.dagger, dagger_beta=args.dagger_beta,
+            dagger_checkpoint=args.dagger, dagger_beta=args.dagger_beta, perturb_rate=args.perturb,
         )
         if cfg.variants < 1 or cfg.workers < 1 or cfg.noise_std < 0:
             raise ValueError("--variants and --workers must be >= 1 and --noise-std >= 0")

@@ -18,6 +18,7 @@ from tqdm import tqdm
 from oxygen_gym.envs.libero_scenes import SAME_SCENE_M, fresh_scene_seed
 
 from .dagger import MixedActor, check_beta, policy_for
+from .perturb import PerturbingActor, check_rate
 from .libero_hdf5 import POLICY_ORIENTATION, Demo, demo_names, write_demo
 
 ATTEMPTS = "attempts.jsonl"
@@ -79,6 +80,9 @@ class CollectConfig:
     # expert labels every visited state; demos are kept whether or not the episode succeeded
     dagger_checkpoint: str | None = None
     dagger_beta: float = 0.3
+    # perturbed demonstrations (perturb.py): the state expert drives and labels every variant; variants > 0 replace
+    # chunks with pushes and gripper flips at this rate per chunk; demos are kept whether or not they succeeded
+    perturb_rate: float = 0.0
 
     def __post_init__(self) -> None:
         if self.fresh_scenes and self.init_states:
@@ -86,6 +90,14 @@ class CollectConfig:
                              f"(init_states={list(self.init_states)}, fresh_scenes={list(self.fresh_scenes)})")
         if self.dagger_checkpoint is not None:
             check_beta(self.dagger_beta)
+        check_rate(self.perturb_rate)
+        if self.perturb_rate and self.dagger_checkpoint is not None:
+            raise ValueError("--perturb and --dagger both choose who drives; give one")
+
+    @property
+    def keeps_failures(self) -> bool:
+        """Whether a demo that failed is kept: yes when the state expert labels it (its labels hold off its path)."""
+        return self.dagger_checkpoint is not None or self.perturb_rate > 0
 
     def episodes(self) -> list[EpisodeKey]:
         if self.fresh_scenes:
@@ -147,7 +159,13 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
                            "rejected": "the scene equals an official init state", "seconds": 0.0}
     labeller, memory = SubtaskLabeller(sim), MemoryLabeller(sim)
     rng = np.random.default_rng(key.noise_seed())
-    if cfg.dagger_checkpoint is None:
+    if cfg.perturb_rate > 0:
+        from oxygen_gym.envs.protocols import get_libero_protocol
+
+        expert = StatePickPlaceExpert(sim)
+        actor = None if key.variant == 0 else PerturbingActor(
+            cfg.perturb_rate, get_libero_protocol(cfg.protocol).replan, cfg.noise_std, rng)
+    elif cfg.dagger_checkpoint is None:
         expert, actor = PickPlaceExpert(sim), None
     else:
         from oxygen_gym.envs.protocols import get_libero_protocol
@@ -181,9 +199,14 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
         done = terminated or truncated
     record = {"episode": key.name, **asdict(key), "success": bool(info["is_success"]), "steps": int(info["step"]),
               "seconds": round(time.perf_counter() - t0, 2), **scene_attrs}
-    if actor is not None:
-        record["policy_steps"] = actor.policy_steps
-    if not info["is_success"] and actor is None:
+    extra = {}
+    if isinstance(actor, MixedActor):
+        extra = {"dagger_beta": cfg.dagger_beta, "policy_steps": actor.policy_steps}
+    elif isinstance(actor, PerturbingActor):
+        extra = {"perturb_rate": cfg.perturb_rate, "perturbations": actor.perturbations,
+                 "perturbed_steps": actor.perturbed_steps}
+    record.update(extra)
+    if not info["is_success"] and not cfg.keeps_failures:
         return key, None, record
     demo = Demo(
         agentview=np.stack(steps["agentview"]), wrist=np.stack(steps["wrist"]),
@@ -193,10 +216,9 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
         subtasks=steps["sub"], memory=steps["mem"],
         attrs={**({"init_state": key.init_state} if key.scene is None else scene_attrs),
                "variant": key.variant, "episode": key.name,
-               "noise_std": cfg.noise_std if key.variant and actor is None else 0.0,
-               "seed": int(env.unwrapped.protocol.seed),
-               **({} if actor is None else {"dagger_beta": cfg.dagger_beta, "policy_steps": actor.policy_steps,
-                                             "success": bool(info["is_success"])}),
+               "noise_std": cfg.noise_std if key.variant and not isinstance(actor, MixedActor) else 0.0,
+               "seed": int(env.unwrapped.protocol.seed), **extra,
+               **({"success": bool(info["is_success"])} if cfg.keeps_failures else {}),
                "language": env.unwrapped.language, "task_name": env.unwrapped.task_name},
     )
     return key, demo, record
@@ -252,7 +274,7 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
     if manifest.is_file():
         old = json.loads(manifest.read_text())["config"]
         keep = ("suite", "variants", "noise_std", "protocol", "camera_size", "fast_render", "fast_reset", "max_steps",
-                "dagger_checkpoint", "dagger_beta")
+                "dagger_checkpoint", "dagger_beta", "perturb_rate")
         if bool(old.get("fresh_scenes")) != bool(cfg.fresh_scenes):
             raise ValueError(f"--out {out} holds a collection from "
                              f"{'fresh scenes' if old.get('fresh_scenes') else 'official init states'}; use another folder")

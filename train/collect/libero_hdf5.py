@@ -17,6 +17,8 @@ and say so in `data.attrs["image_orientation"]`; the reader returns policy orien
 from __future__ import annotations
 
 import json
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +54,27 @@ class Demo:
         return np.concatenate([self.ee_states, self.gripper_states], axis=1).astype(np.float32)
 
 
+LOCK_WAIT_S = 600.0  # how long a writer waits for a reader's lock on the file before giving up
+
+
+def _open_for_append(path: str | Path, wait_s: float = LOCK_WAIT_S) -> h5py.File:
+    """The file opened for appending, waiting while another process holds it open (HDF5 locks a file while anyone
+    reads it: looking into a collection mid-run must delay the next write, not kill the run and its running
+    episodes)."""
+    deadline, warned = time.monotonic() + wait_s, False
+    while True:
+        try:
+            return h5py.File(path, "a")
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise BlockingIOError(f"{path} stayed locked by another process for {wait_s:.0f} s; close it "
+                                      "and rerun (the collection resumes)") from None
+            if not warned:
+                print(f"{path} is open in another process; waiting to write", file=sys.stderr, flush=True)
+                warned = True
+            time.sleep(1.0)
+
+
 def write_demo(path: str | Path, name: str, demo: Demo, file_attrs: dict) -> None:
     """Append `demo` as `data/<name>` to the file at `path` (created if missing), flushed to disk before returning."""
     t = len(demo)
@@ -62,7 +85,7 @@ def write_demo(path: str | Path, name: str, demo: Demo, file_attrs: dict) -> Non
         raise ValueError(f"demo {name}: {len(demo.subtasks)} subtask labels for {t} steps")
     if demo.memory and len(demo.memory) != t:
         raise ValueError(f"demo {name}: {len(demo.memory)} memory labels for {t} steps")
-    with h5py.File(path, "a") as f:
+    with _open_for_append(path) as f:
         data = f.require_group("data")
         for k, v in file_attrs.items():
             data.attrs[k] = v if isinstance(v, (str, int, float)) else json.dumps(v)
