@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from state_expert_replay import assert_replay_labels_match
 
 from oxygen_gym.envs.state_expert import SETTLE_STEPS, StatePickPlaceExpert
 from oxygen_gym.model.norm_stats import load_norm_stats
@@ -139,9 +140,6 @@ def test_a_dagger_rollout_stores_the_state_experts_label_of_every_state_it_visit
     """Replaying the executed actions from the same scene visits the same states, and the state expert labels
     them exactly as stored: the labels belong to the states the policy drove to, not to the expert's own path."""
     pytest.importorskip("libero")
-    import gymnasium as gym
-
-    import oxygen_gym.envs  # noqa: F401
     from oxygen_gym.train.collect.collector import collect, task_file
     from oxygen_gym.train.collect.libero_hdf5 import read_demos
 
@@ -153,15 +151,4 @@ def test_a_dagger_rollout_stores_the_state_experts_label_of_every_state_it_visit
     assert 0 < demo.attrs["policy_steps"] < len(demo) and demo.attrs["dagger_beta"] == 0.5
     differs = np.abs(demo.executed_actions - demo.actions).max(axis=1) > 1e-6
     assert differs.sum() >= demo.attrs["policy_steps"] - 1  # the policy's steps ran its own actions
-    env = gym.make("oxygen_gym/LIBERO-v0", suite="libero_spatial", task_id=0, camera_size=64, fast_render=True,
-                   fast_reset=True, max_steps=25)
-    try:
-        obs, _ = env.reset(seed=7, options={"scene_seed": int(demo.attrs["scene_seed"])})
-        expert = StatePickPlaceExpert(env.unwrapped.libero_env.env)
-        for t in range(len(demo)):
-            np.testing.assert_allclose(obs["state"][:6], demo.ee_states[t], atol=1e-6)
-            np.testing.assert_array_equal(expert(obs["state"]), demo.actions[t])
-            expert.executed(demo.executed_actions[t])
-            obs, *_ = env.step(demo.executed_actions[t])
-    finally:
-        env.close()
+    assert_replay_labels_match(demo, camera_size=64, max_steps=25)

@@ -124,7 +124,9 @@ def _env_for(cfg: CollectConfig, task_id: int):
 
     import oxygen_gym.envs  # noqa: F401  registers the ids
 
-    key = (cfg.suite, task_id)
+    # every setting the env is built with: two collections in one process (tests, notebooks) must not share an env
+    # built for the other's render size or step limit
+    key = (cfg.suite, task_id, cfg.protocol, cfg.camera_size, cfg.fast_render, cfg.fast_reset, cfg.max_steps)
     if _ENV.get("key") != key:
         if _ENV.get("env") is not None:
             _ENV["env"].close()
@@ -159,20 +161,17 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
                            "rejected": "the scene equals an official init state", "seconds": 0.0}
     labeller, memory = SubtaskLabeller(sim), MemoryLabeller(sim)
     rng = np.random.default_rng(key.noise_seed())
+    replan = env.unwrapped.protocol.replan
     if cfg.perturb_rate > 0:
-        from oxygen_gym.envs.protocols import get_libero_protocol
-
         expert = StatePickPlaceExpert(sim)
         actor = None if key.variant == 0 else PerturbingActor(
-            cfg.perturb_rate, get_libero_protocol(cfg.protocol).replan, cfg.noise_std, rng)
+            cfg.perturb_rate, replan, cfg.noise_std, rng)
     elif cfg.dagger_checkpoint is None:
         expert, actor = PickPlaceExpert(sim), None
     else:
-        from oxygen_gym.envs.protocols import get_libero_protocol
-
         expert = StatePickPlaceExpert(sim)
         actor = MixedActor(policy_for(cfg.dagger_checkpoint, cfg.protocol), cfg.dagger_beta,
-                           get_libero_protocol(cfg.protocol).replan, rng)
+                           replan, rng)
     steps: dict[str, list] = {k: [] for k in ("agentview", "wrist", "ee", "grip", "joints", "act", "exec", "states", "sub", "mem")}
     done = False
     while not done:
