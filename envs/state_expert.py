@@ -21,12 +21,15 @@ CLOSED = 0.06  # finger opening below which the gripper counts as closed (Subtas
 SETTLE_STEPS = 12  # steps of closing at the grasp point before lifting (the fingers pinch the wall ~10 steps in)
 ON_TABLE = 0.10  # metres above its resting height below which the object is still low (not yet carried high)
 OPEN_GAP = 0.07  # finger opening above which an opening gripper counts as open again (fully open ~0.078)
+AT_REST = 0.02  # m/s: an object moving slower than this has come to rest (a released bowl lands in ~0.2 s)
 
 
 def state_phase(eef: np.ndarray, finger_gap: float, obj: np.ndarray, target: np.ndarray, rest_z: float,
-                closing_steps: int = SETTLE_STEPS) -> str:
+                closing_steps: int = SETTLE_STEPS, missed_target: bool = False) -> str:
     """The phase a state is in: above, down, close, open, lift, over, lower, release or retreat. `closing_steps`: how
-    many steps in a row the gripper has been commanded closed (a grip is firm only after SETTLE_STEPS)."""
+    many steps in a row the gripper has been commanded closed (a grip is firm only after SETTLE_STEPS).
+    `missed_target`: the object rests near the target but the task's own goal check fails (set down beside the
+    plate or on its rim), so it is picked up and placed again instead of being left there."""
     grasp = obj + BOWL_RIM
     at_object = np.linalg.norm(eef - grasp) < SubtaskLabeller.GRASP_RADIUS
     over_target = np.linalg.norm((obj - target)[:2]) < SubtaskLabeller.OVER_TARGET
@@ -39,8 +42,8 @@ def state_phase(eef: np.ndarray, finger_gap: float, obj: np.ndarray, target: np.
         if eef[2] < LIFT_HEIGHT - 0.05 and obj[2] < rest_z + ON_TABLE:
             return "lift"
         return "over"
-    if over_target and obj[2] < rest_z + ON_TABLE:
-        return "retreat"  # the object is on the target: let go and move away
+    if over_target and obj[2] < rest_z + ON_TABLE and not missed_target:
+        return "retreat"  # the object is on the target (or still landing there): let go and move away
     if np.linalg.norm(eef - grasp) < REACHED:
         return "close"  # at the grasp point
     if finger_gap < OPEN_GAP:
@@ -76,11 +79,18 @@ class StatePickPlaceExpert:
     def _pos(self, name: str) -> np.ndarray:
         return self.sim.sim.data.body_xpos[self.sim.obj_body_id[name]].copy()
 
+    def _missed_target(self) -> bool:
+        """The object is at rest and LIBERO's goal predicate (the task's BDDL `On`) does not hold. Without this the
+        expert retreated from a bowl set down within 4 cm of the plate but beside it, and hovered to the step limit."""
+        body = self.sim.obj_body_id[self.obj]
+        resting = np.linalg.norm(self.sim.sim.data.cvel[body][3:]) < AT_REST  # cvel: (angular, linear)
+        return resting and not self.sim._check_success()
+
     def __call__(self, state: np.ndarray) -> np.ndarray:
         eef = np.asarray(state[:3], np.float64)
         gap = float(state[6] - state[7])
         obj, target = self._pos(self.obj), self._pos(self.target)
-        self.phase = state_phase(eef, gap, obj, target, self.rest_z, self.closing)
+        self.phase = state_phase(eef, gap, obj, target, self.rest_z, self.closing, self._missed_target())
         self._closing_before = self.closing
         self.closing = self.closing + 1 if self.phase in ("close", "lift", "over", "lower") else 0  # gripping steps
         return phase_action(self.phase, eef, obj, target)

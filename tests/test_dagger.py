@@ -76,12 +76,16 @@ def test_dagger_beta_must_leave_the_policy_something_to_drive():
 
 
 class _Sim:
-    """The few sim fields StatePickPlaceExpert reads: body positions by name."""
+    """The few sim fields StatePickPlaceExpert reads: body positions and velocities by name, the goal check."""
 
     def __init__(self, bowl, plate) -> None:
         self.obj_body_id = {"akita_black_bowl_1": 0, "plate_1": 1}
         positions = np.array([bowl, plate], np.float64)
-        self.sim = type("S", (), {"data": type("D", (), {"body_xpos": positions})()})()
+        data = type("D", (), {"body_xpos": positions, "cvel": np.zeros((2, 6))})()
+        self.sim = type("S", (), {"data": data})()
+
+    def _check_success(self) -> bool:
+        return False
 
 
 def test_settling_count_follows_the_gripper_that_ran_not_the_experts_own_label(monkeypatch):
