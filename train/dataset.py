@@ -34,7 +34,12 @@ def data_paths(data: str | Path) -> list[Path]:
 
 def load_demos(data: str | Path) -> list[Demo]:
     """Every complete demo of every `*_demo.hdf5` file in each folder of `data` (see data_paths), or of one file."""
-    demos: list[Demo] = []
+    return [d for collection in load_collections(data) for d in collection]
+
+
+def load_collections(data: str | Path) -> list[list[Demo]]:
+    """load_demos, kept apart per collection of `data` (for --data-mix)."""
+    collections: list[list[Demo]] = []
     for path in data_paths(data):
         files = sorted(path.glob("*_demo.hdf5")) if path.is_dir() else [path]
         if not files or not all(f.is_file() for f in files):
@@ -42,8 +47,8 @@ def load_demos(data: str | Path) -> list[Demo]:
         found = [d for f in files for d in read_demos(f, demo_names(f))]
         if not found:
             raise ValueError(f"--data {path}: the files hold no complete demos")
-        demos.extend(found)
-    return demos
+        collections.append(found)
+    return collections
 
 
 def compute_norm_stats(demos: list[Demo]) -> dict[str, NormStats]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
+from .data_mix import parse_mix
 from .trainer import TrainConfig, train
 
 
@@ -29,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--val-scenes", default=None, metavar="RANGE",
                         help="scenes (fresh scene or init state indices, e.g. 60-69) held out of training; every "
                              "checkpoint is scored open-loop on them (monitor.jsonl) and snapshotted for choosing later")
+    parser.add_argument("--data-mix", default=None, metavar="W1,W2,...",
+                        help="share of each batch drawn from each --data collection, e.g. 1,1 for half and half "
+                             "(default: every row equally likely, so bigger collections dominate)")
     parser.add_argument("--no-snapshots", dest="snapshots", action="store_false", default=None,
                         help="do not keep every checkpoint's model under OUT/snapshots/")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
@@ -54,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
             from .collect.collect_command import parse_range
 
             kw["val_scenes"] = parse_range(args.val_scenes, "--val-scenes")
+        if args.data_mix:
+            kw["data_mix"] = parse_mix(args.data_mix)
         cfg = TrainConfig(**kw)
         if cfg.steps < 1 or cfg.batch_size < 1 or cfg.lr <= 0:
             raise ValueError("--steps and --batch-size must be >= 1 and --lr > 0")

@@ -20,7 +20,8 @@ from oxygen_gym.model.pi05.loading import load_pretrained, save_pretrained
 from oxygen_gym.model.tokenizer import tokenizer_for
 from oxygen_gym.model.pi05.training import losses
 
-from .dataset import DemoDataset, compute_norm_stats, data_paths, load_demos
+from .data_mix import RowSampler, check_mix
+from .dataset import DemoDataset, compute_norm_stats, data_paths, load_collections
 from .checkpoint_monitor import CheckpointMonitor
 from .loss_plot import plot_losses
 from .validation_split import split_by_scene
@@ -61,6 +62,7 @@ class TrainConfig:
     val_scenes: tuple[int, ...] = ()  # scenes held out of training, for choosing checkpoints (validation_split.py)
     monitor_rows: int = 256  # rows of the training set and of the validation scenes scored open-loop per checkpoint
     snapshots: bool = True  # keep every checkpoint's exported model under snapshots/step_N, to choose one later
+    data_mix: tuple[float, ...] = ()  # share of each batch per --data collection (data_mix.py); () = uniform rows
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.ema_decay < 1.0:
@@ -68,17 +70,20 @@ class TrainConfig:
         if not 0.0 <= self.color_jitter < 1.0:
             raise ValueError(f"--color-jitter must be in [0, 1), got {self.color_jitter}")
         object.__setattr__(self, "val_scenes", tuple(sorted(int(s) for s in self.val_scenes)))
+        object.__setattr__(self, "data_mix", tuple(float(w) for w in self.data_mix))
+        check_mix(self.data_mix)
 
     def resume_key(self) -> dict:
         """Settings a resumed run must share with the run it continues."""
         d = asdict(self)
         for k in ("steps", "checkpoint_every", "log_every", "device", "threads", "out", "monitor_rows", "snapshots"):
             d.pop(k)
-        for k in ("rtc_max_delay", "ema_decay", "color_jitter", "val_scenes"):
+        for k in ("rtc_max_delay", "ema_decay", "color_jitter", "val_scenes", "data_mix"):
             if not d[k]:
                 d.pop(k)  # runs from before the option resume unchanged
-        if "val_scenes" in d:
-            d["val_scenes"] = list(d["val_scenes"])
+        for k in ("val_scenes", "data_mix"):
+            if k in d:
+                d[k] = list(d[k])
         return d
 
 
@@ -162,7 +167,12 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         diff = {k: (saved["resume_key"].get(k), v) for k, v in cfg.resume_key().items() if saved["resume_key"].get(k) != v}
         raise ValueError(f"--out {out} holds a run with other settings {diff}; use another --out or the same flags")
 
-    demos, val_demos = split_by_scene(load_demos(cfg.data), cfg.val_scenes)
+    collections = load_collections(cfg.data)
+    source = {id(d): i for i, demos in enumerate(collections) for d in demos}
+    demos, val_demos = split_by_scene([d for demos in collections for d in demos], cfg.val_scenes)
+    collection_rows = [sum(len(d) for d in demos if source[id(d)] == i) for i in range(len(collections))]
+    sampler = RowSampler(collection_rows, cfg.data_mix)  # rows are stored in this order (demos are grouped by source)
+    del collections, source
     if cfg.init:
         model = load_pretrained(cfg.init, device=cfg.device, dtype=torch.float32)
     else:
@@ -205,7 +215,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
             t0 = time.perf_counter()
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, cfg)
-            index = torch.randint(0, len(dataset), (cfg.batch_size,), generator=gen)
+            index = sampler.draw(cfg.batch_size, gen)
             batch = dataset.batch(index, gen, cfg.shift, cfg.color_jitter).to(cfg.device)
             out_losses = losses(model, batch, gen, cfg.language_weight, cfg.rtc_max_delay)
             opt.zero_grad(set_to_none=True)
