@@ -59,3 +59,12 @@ def test_the_trainer_draws_its_batches_by_the_mix(tmp_path, monkeypatch):
     assert json.loads((out / "model" / "training.json").read_text())["train_config"]["data_mix"] == [0.0, 1.0]
     with pytest.raises(ValueError, match="data_mix"):
         train(TrainConfig(**{**cfg.__dict__, "data_mix": (1, 1)}), progress=False)
+
+
+def test_the_cli_parses_the_mix_and_refuses_it_for_an_adapter(tmp_path, capsys):
+    from oxygen_gym.cli import main
+
+    assert main(["train", "--data", "a,b", "--out", str(tmp_path / "r"), "--data-mix", "1,x"]) == 2
+    assert "--data-mix: expected comma-separated numbers" in capsys.readouterr().out
+    assert main(["train", "--data", "a", "--out", str(tmp_path / "r"), "--adapter", "memory", "--data-mix", "1"]) == 2
+    assert "not to --adapter" in capsys.readouterr().out

@@ -83,6 +83,9 @@ def _run_adapter(args: argparse.Namespace) -> int:
     for name in ("steps", "batch_size", "lr", "checkpoint_every"):  # only when set: the adapter run has its own defaults
         if getattr(args, name) != defaults[name]:
             given[name] = getattr(args, name)
+    if args.data_mix:
+        print("oxygen-gym train: --data-mix applies to the action model's training, not to --adapter")
+        return 2
     try:
         folder = train_adapter(AdapterTrainConfig(**{k: v for k, v in given.items() if v is not None}))
     except ValueError as e:
