@@ -21,19 +21,21 @@ LABELS = ("reach for the black bowl", "grasp the black bowl", "carry the bowl to
 
 def synthetic_demo(seed: int, steps: int = 14, size: int = 128) -> Demo:
     rng = np.random.default_rng(seed)
-    return Demo(
+    demo = Demo(
         agentview=rng.integers(0, 256, (steps, size, size, 3), dtype=np.uint8),
         wrist=rng.integers(0, 256, (steps, size, size, 3), dtype=np.uint8),
         ee_states=rng.normal(0, 0.3, (steps, 6)).astype(np.float32),
         gripper_states=rng.uniform(-0.04, 0.04, (steps, 2)).astype(np.float32),
         joint_states=rng.normal(0, 1, (steps, 7)).astype(np.float32),
         actions=rng.uniform(-1, 1, (steps, 7)).astype(np.float32),
-        executed_actions=rng.uniform(-1, 1, (steps, 7)).astype(np.float32),
+        executed_actions=rng.uniform(-1, 1, (steps, 7)).astype(np.float32),  # replaced below, after the draws
         states=rng.normal(0, 1, (steps, 9)),
         subtasks=[LABELS[min(i * len(LABELS) // steps, len(LABELS) - 1)] for i in range(steps)],
         memory=["on the table" if i < steps // 2 else "in the gripper" for i in range(steps)],
         attrs={"init_state": seed, "language": "put the black bowl on the plate", "task_name": "synthetic"},
     )
+    demo.executed_actions = demo.actions.copy()  # the expert's own demo: every chunk label is its plan (chunk_cut.py)
+    return demo
 
 
 def test_a_training_sample_is_what_act_would_feed_the_model():

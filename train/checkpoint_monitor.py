@@ -22,7 +22,7 @@ class CheckpointMonitor:
                  progress: bool = True) -> None:
         self.out, self.dataset, self.cfg, self.progress = out, dataset, cfg, progress
         self.val = (DemoDataset(val_demos, model_config, tokenizer, cfg.narrate_prompt, dataset.norm_stats,
-                                progress=progress) if val_demos else None)
+                                progress=progress, cut_chunks=cfg.cut_chunks) if val_demos else None)
         self.train_rows = fixed_rows(len(dataset), cfg.monitor_rows)
         self.val_rows = fixed_rows(len(self.val), cfg.monitor_rows) if self.val is not None else None
         self.val_demos = len(val_demos)

@@ -16,6 +16,7 @@ from oxygen_gym.model.pi05.training import TrainBatch
 from oxygen_gym.policies.language import task_prompt_ids
 from oxygen_gym.policies.normalize import Normalizer
 
+from .chunk_cut import predictable_chunk_lengths
 from .collect.libero_hdf5 import Demo, demo_names, read_demos
 from .image_augment import color_jitter, random_shift
 
@@ -63,12 +64,13 @@ def compute_norm_stats(demos: list[Demo]) -> dict[str, NormStats]:
 
 class DemoDataset:
     """Per-step samples: two camera images (model resolution, uint8), prompt ids (instruction + binned state),
-    the next `action_horizon` normalised actions (steps past the episode's end masked out of the loss), and a
-    per-step label (`label`: "subtask", or "memory" for the memory task's answer) as a language target after the
+    the next `action_horizon` normalised actions (steps past the episode's end masked out of the loss, and with
+    `cut_chunks` the labels the row's frame cannot predict: chunk_cut.py), and a per-step label (`label`: "subtask", or "memory" for the memory task's answer) as a language target after the
     task's prompt."""
 
     def __init__(self, demos: list[Demo], config: PI05Config, tokenizer, narrate_prompt: str,
-                 norm_stats: dict[str, NormStats], progress: bool = True, label: str = "subtask") -> None:
+                 norm_stats: dict[str, NormStats], progress: bool = True, label: str = "subtask",
+                 cut_chunks: bool = True) -> None:
         if tuple(config.image_slots) != LIBERO_SLOTS:
             raise ValueError(f"config.image_slots must be {LIBERO_SLOTS} for LIBERO demos, got {config.image_slots}")
         if label not in LABELS:
@@ -95,6 +97,8 @@ class DemoDataset:
             language = str(demo.attrs.get("language", ""))
             states = demo.policy_state
             actions = action_norm.normalize(demo.actions)
+            kept = (predictable_chunk_lengths(demo.actions, demo.executed_actions, demo.subtasks, horizon)
+                    if cut_chunks else np.full(len(demo), horizon))
             for s in range(len(demo)):
                 self.images[i, 0] = torch.from_numpy(np.array(resize_with_pad(demo.agentview[s], size, size)))
                 self.images[i, 1] = torch.from_numpy(np.array(resize_with_pad(demo.wrist[s], size, size)))
@@ -103,7 +107,7 @@ class DemoDataset:
                 self.tokens[i], self.token_masks[i] = torch.from_numpy(ids), torch.from_numpy(mask)
                 chunk = actions[s : s + horizon]
                 self.actions[i, : len(chunk), : chunk.shape[1]] = torch.from_numpy(chunk)
-                self.action_valid[i, : len(chunk)] = True
+                self.action_valid[i, : min(len(chunk), int(kept[s]))] = True
                 target = demo.memory[s] if label == "memory" else demo.subtasks[s]
                 if target not in label_ids:
                     label_ids[target] = tokenizer.encode(target) + [tokenizer.eos_id]

@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-mix", default=None, metavar="W1,W2,...",
                         help="share of each batch drawn from each --data collection, e.g. 1,1 for half and half "
                              "(default: every row equally likely, so bigger collections dominate)")
+    parser.add_argument("--no-chunk-cut", dest="cut_chunks", action="store_false", default=None,
+                        help="keep every chunk label as a target, even past a step whose executed gripper command "
+                             "disagrees with the expert's or where the object was lost (default: cut there)")
     parser.add_argument("--no-snapshots", dest="snapshots", action="store_false", default=None,
                         help="do not keep every checkpoint's model under OUT/snapshots/")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")

@@ -63,6 +63,7 @@ class TrainConfig:
     monitor_rows: int = 256  # rows of the training set and of the validation scenes scored open-loop per checkpoint
     snapshots: bool = True  # keep every checkpoint's exported model under snapshots/step_N, to choose one later
     data_mix: tuple[float, ...] = ()  # share of each batch per --data collection (data_mix.py); () = uniform rows
+    cut_chunks: bool = True  # drop chunk labels past a gripper disagreement or a lost object (chunk_cut.py)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.ema_decay < 1.0:
@@ -81,6 +82,8 @@ class TrainConfig:
         for k in ("rtc_max_delay", "ema_decay", "color_jitter", "val_scenes", "data_mix"):
             if not d[k]:
                 d.pop(k)  # runs from before the option resume unchanged
+        if not d["cut_chunks"]:
+            d.pop("cut_chunks")  # runs from before the option (every label kept) resume with --no-chunk-cut
         for k in ("val_scenes", "data_mix"):
             if k in d:
                 d[k] = list(d[k])
@@ -181,7 +184,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     # model has none
     stats = saved["norm_stats"] if saved else (model.norm_stats or compute_norm_stats(demos))
     tokenizer = tokenizer_for(model.config.vocab_size, cfg.init)
-    dataset = DemoDataset(demos, model.config, tokenizer, cfg.narrate_prompt, stats, progress=progress)
+    dataset = DemoDataset(demos, model.config, tokenizer, cfg.narrate_prompt, stats, progress=progress,
+                          cut_chunks=cfg.cut_chunks)
     monitor = CheckpointMonitor(out, dataset, val_demos, model.config, tokenizer, cfg, progress)
     info = _dataset_info(cfg.data, demos, out)
     extra = {"validation": monitor.describe()}
