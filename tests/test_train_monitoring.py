@@ -135,7 +135,17 @@ def test_open_loop_error_is_zero_when_the_expert_did_what_the_model_does():
     after = open_loop_metrics(model, DemoDataset(demos, cfg, tok, "What is the robot doing?", stats, progress=False),
                               rows, seed=3, batch_size=2)
     assert after["mse_exec"] < 1e-9 and after["mse_chunk"] < 1e-9 and after["gripper_agree"] == 1.0
+    assert after["gripper_false_open"] == 0.0
     assert set(after["mse_exec_by_label"]) == {demos[0].subtasks[0]}
+    # the expert keeps the gripper closed throughout: every executed step the model opens on is a false open
+    for demo in demos:
+        demo.actions[:, 6] = demo.actions[:, 6].max() + 1.0  # closed, and above the normalisation's midpoint
+        demo.executed_actions = demo.actions.copy()
+    closed = DemoDataset(demos, cfg, tok, "What is the robot doing?", stats, progress=False)
+    assert bool((closed.actions[rows][:, :, 6] > 0).all())
+    opens = float((sampled[:, :5, 6] < 0).float().mean())
+    assert 0 < opens < 1  # the untrained model opens on some steps and not others
+    assert open_loop_metrics(model, closed, rows, seed=3, batch_size=2)["gripper_false_open"] == pytest.approx(opens)
 
 
 def test_open_loop_command_scores_a_checkpoint_on_chosen_scenes(tmp_path, capsys):

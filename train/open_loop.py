@@ -9,7 +9,9 @@ for a fixed set of training rows and for the validation scenes at every checkpoi
 Errors are in the model's normalised action space (quantile-normalised to [-1, 1]), over the real action dims:
 `mse_exec` over the first `execute` steps (what the openpi protocol executes of a chunk), `mse_chunk` over the whole
 chunk, `flow` the flow-matching loss at a fixed noise and time (the training objective, comparable with log.jsonl),
-and `gripper_agree` the share of executed steps whose gripper command has the expert's sign.
+`gripper_agree` the share of executed steps whose gripper command has the expert's sign, and `gripper_false_open`
+the share of executed steps the expert keeps closed on which the model opens (the drop that failed DAgger-trained
+policies: train/chunk_cut.py).
 """
 from __future__ import annotations
 
@@ -63,11 +65,15 @@ def open_loop_metrics(model, dataset: DemoDataset, rows: torch.Tensor, *, execut
         agree = (torch.sign(sampled[:, :execute, GRIPPER_DIM]) == torch.sign(batch.actions[:, :execute, GRIPPER_DIM]))
         sums["gripper_agree"] += float((agree.float() * g_valid).sum())
         counts["gripper_agree"] += float(g_valid.sum())
+        closed = (batch.actions[:, :execute, GRIPPER_DIM] > 0).float() * g_valid
+        sums["gripper_false_open"] += float(((sampled[:, :execute, GRIPPER_DIM] < 0).float() * closed).sum())
+        counts["gripper_false_open"] += float(closed.sum())
         for r, row in enumerate(index.tolist()):
             acc = per_label[dataset.targets[row]]
             acc[0] += float(exec_err[r])
             acc[1] += float(exec_valid[r])
-    out = {k: round(sums[k] / max(counts[k], 1.0), 6) for k in ("flow", "mse_exec", "mse_chunk", "gripper_agree")}
+    out = {k: round(sums[k] / max(counts[k], 1.0), 6)
+           for k in ("flow", "mse_exec", "mse_chunk", "gripper_agree", "gripper_false_open")}
     out["rows"] = int(len(rows))
     out["mse_exec_by_label"] = {label: round(s / max(c, 1.0), 6) for label, (s, c) in sorted(per_label.items())}
     return out
