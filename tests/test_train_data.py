@@ -172,3 +172,16 @@ def test_a_reader_holding_the_file_open_delays_the_next_write_instead_of_failing
     finally:
         reader.wait(timeout=30)
     assert libero_hdf5.demo_names(path) == ["demo_0", "demo_1"]
+
+
+def test_compact_128_trains_on_128_px_images_in_64_patches_per_camera():
+    cfg, tok = PI05Config.named("compact-128"), builtin_tokenizer()
+    assert cfg.vision.num_patches == 64 and PI05Config.named("compact").vision.num_patches == 36
+    demos = [synthetic_demo(0, steps=4, size=256)]
+    ds = DemoDataset(demos, cfg, tok, "What is the robot doing?", compute_norm_stats(demos), progress=False)
+    batch = ds.batch(torch.arange(2))
+    assert batch.images[0].shape == (2, 3, 128, 128)
+    model = build_model(cfg, seed=0, device="cpu", dtype=torch.float32)
+    from oxygen_gym.model.pi05.training import losses
+
+    assert torch.isfinite(losses(model, batch, torch.Generator().manual_seed(0))["action"])
