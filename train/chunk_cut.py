@@ -4,8 +4,10 @@ A row's target chunk is the expert's labels of the next `horizon` visited states
 the expert, those labels are the expert's own plan from the row's state. A DAgger rollout or a perturbed
 demonstration leaves it: the policy (or a perturbation) opens the gripper while carrying, the bowl drops, and the
 labels that follow are the expert's reaction ("open, reach again"). Kept as targets of the rows before the event,
-they teach a generative policy to open while carrying at the rate the data dropped the bowl, which is what the
-DAgger-trained policies did (docs/libero-spatial.md, "Chunk labels past a dropped bowl"). So a chunk is cut:
+they are a second mode of the chunk ("open a few steps from now") that a generative policy samples at the rate the
+data dropped the bowl. Measured: cutting them lowered a DAgger-trained policy's false opens on validation frames, but
+its closed-loop drops have another main cause (docs/libero-spatial.md, "Chunk labels past a dropped bowl"). So a
+chunk is cut:
 
 - after the first step whose executed gripper command disagrees in sign with the expert's label (that step's label
   is still the expert's, at a state the row's frame predicts; the ones after react to the disagreement);
@@ -35,7 +37,6 @@ def predictable_chunk_lengths(actions: np.ndarray, executed: np.ndarray, subtask
     if executed.shape != actions.shape or len(subtasks) != t_len:
         raise ValueError(f"actions {actions.shape}, executed_actions {executed.shape} and {len(subtasks)} subtask "
                          "labels must describe the same steps")
-    # a step at or after which later labels stop being the row's plan: `end[t]` = positions kept up to step t
     disagree = (actions[:, -1] > 0) != (executed[:, -1] > 0)
     words = _first_words(subtasks)
     dropped = np.zeros(t_len, dtype=bool)

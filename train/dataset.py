@@ -65,8 +65,8 @@ def compute_norm_stats(demos: list[Demo]) -> dict[str, NormStats]:
 class DemoDataset:
     """Per-step samples: two camera images (model resolution, uint8), prompt ids (instruction + binned state),
     the next `action_horizon` normalised actions (steps past the episode's end masked out of the loss, and with
-    `cut_chunks` the labels the row's frame cannot predict: chunk_cut.py), and a per-step label (`label`: "subtask", or "memory" for the memory task's answer) as a language target after the
-    task's prompt."""
+    `cut_chunks` the labels the row's frame cannot predict: chunk_cut.py), and a per-step label (`label`:
+    "subtask", or "memory" for the memory task's answer) as a language target after the task's prompt."""
 
     def __init__(self, demos: list[Demo], config: PI05Config, tokenizer, narrate_prompt: str,
                  norm_stats: dict[str, NormStats], progress: bool = True, label: str = "subtask",

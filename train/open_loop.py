@@ -10,8 +10,8 @@ Errors are in the model's normalised action space (quantile-normalised to [-1, 1
 `mse_exec` over the first `execute` steps (what the openpi protocol executes of a chunk), `mse_chunk` over the whole
 chunk, `flow` the flow-matching loss at a fixed noise and time (the training objective, comparable with log.jsonl),
 `gripper_agree` the share of executed steps whose gripper command has the expert's sign, and `gripper_false_open`
-the share of executed steps the expert keeps closed on which the model opens (the drop that failed DAgger-trained
-policies: train/chunk_cut.py).
+the share of executed steps the expert keeps closed on which the model opens (how DAgger-trained policies drop the
+bowl: train/chunk_cut.py).
 """
 from __future__ import annotations
 
