@@ -1,7 +1,7 @@
 """Model dimensions: the reference-compatible seam (docs/api.md) plus the built-in configs."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -151,16 +151,6 @@ BUILTIN: dict[str, PI05Config] = {
         vocab_size=BUILTIN_VOCAB, action_horizon=10, max_token_len=96, state_pad_to=None,
         image_slots=("base_0_rgb", "left_wrist_0_rgb"),
     ),
-    # `compact` at 128 px (64 tokens per camera instead of 36; a model pixel is 2 px of the 256 px render, not 2.7):
-    # the release must see where the bowl is over the plate (docs/libero-spatial.md, "Chunk labels past a dropped
-    # bowl"). Same weights' shapes but the vision tower's position embedding.
-    "compact-128": PI05Config(
-        vlm=GemmaDims(width=128, depth=4, mlp_dim=384, num_heads=4, num_kv_heads=1, head_dim=32),
-        expert=GemmaDims(width=64, depth=4, mlp_dim=192, num_heads=4, num_kv_heads=1, head_dim=32),
-        vision=VisionDims(width=96, depth=3, mlp_dim=288, num_heads=3, patch_size=16, image_size=128),
-        vocab_size=BUILTIN_VOCAB, action_horizon=10, max_token_len=96, state_pad_to=None,
-        image_slots=("base_0_rgb", "left_wrist_0_rgb"),
-    ),
     "pi05": PI05Config(
         vlm=GemmaDims(width=2048, depth=18, mlp_dim=16384, num_heads=8, num_kv_heads=1, head_dim=256),
         expert=GemmaDims(width=1024, depth=18, mlp_dim=4096, num_heads=8, num_kv_heads=1, head_dim=256),
@@ -178,3 +168,8 @@ BUILTIN["multi-tiny"] = PI05Config(
 BUILTIN["multi-small"] = PI05Config(
     **{**BUILTIN["small"].to_dict(), "extra_heads": (ExtraHead("expert_2", 50, 10), ExtraHead("expert_3", 50, 10))}
 )
+
+# `compact` at 128 px (64 tokens per camera instead of 36; a model pixel is 2 px of the 256 px render, not 2.7): the
+# release must see where the bowl is over the plate (docs/libero-spatial.md, "Chunk labels past a dropped bowl").
+# Same weights' shapes but the vision tower's position embedding.
+BUILTIN["compact-128"] = replace(BUILTIN["compact"], vision=replace(BUILTIN["compact"].vision, image_size=128))
