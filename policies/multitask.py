@@ -26,6 +26,7 @@ from oxygen_gym.engine.model_api import EngineModel
 from . import normalize, pi05_io, starvla_io, task_adapters, xr0_io  # noqa: F401 - the *_io modules register their family (model_io.py)
 from .inputs import check_observation
 from .language import LanguageTask, LanguageUpdate, TextStream
+from .action_noise import check_noise_scale
 from .model_io import ModelIO, builtin_names, checkpoint_family, family_of_builtin, io_for
 from .robots import RobotSpec, get_robot
 from .rtc_inputs import check_delay, check_prev_actions, chunk_guidance
@@ -79,6 +80,7 @@ class MultiTaskPolicy:
         rtc: RTCConfig | None = None,
         adapters: dict | None = None,
         merge_adapters: list | None = None,
+        noise_scale: float = 1.0,
     ) -> None:
         """`action_horizon`: actions act() returns (default: the robot's); `chunk`: actions denoised (default
         `action_horizon`; a checkpoint's own chunk via from_pretrained). `heads`: the action heads act() runs and
@@ -89,7 +91,8 @@ class MultiTaskPolicy:
         policies/model_io.py). `rtc`: how `act(obs, prev_actions=...)` inpaints a chunk (real-time chunking,
         engine/rtc.py; default `RTCConfig()`). `adapters`: per-task LoRA adapters, name -> PEFT folder (a task names
         one with `LanguageTask(adapter=)`); `merge_adapters`: PEFT folders over the whole model, merged into the
-        weights first (policies/task_adapters.py)."""
+        weights first (policies/task_adapters.py). `noise_scale`: scale of the flow-matching heads' starting noise
+        (policies/action_noise.py: 1 = the reference sampler, 0 = one deterministic chunk per observation)."""
         self.robot = robot if isinstance(robot, RobotSpec) else get_robot(robot)
         if mode not in POLICY_MODES:
             raise ValueError(f"mode: unknown mode {mode!r}; expected one of {POLICY_MODES}")
@@ -100,6 +103,7 @@ class MultiTaskPolicy:
         if len({t.name for t in tasks}) != len(tasks):
             raise ValueError(f"tasks: names must be unique, got {[t.name for t in tasks]}")
         self.model, self.tokenizer, self.tasks, self.mode, self.seed = model, tokenizer, tasks, mode, int(seed)
+        self.noise_scale = check_noise_scale(noise_scale)
         self.horizon = int(action_horizon or self.robot.horizon)
         if self.horizon <= 0:
             raise ValueError(f"action_horizon must be > 0, got {self.horizon}")
@@ -274,11 +278,13 @@ class MultiTaskPolicy:
         return self.io.prefix_inputs(images, state, prompt)
 
     def frame_noise(self, frame: int) -> dict[str, torch.Tensor]:
-        """Each head's noise `[1, chunk, action_dim]` for `frame`, from a generator seeded by (seed, frame, head)."""
+        """Each head's noise `[1, chunk, action_dim]` for `frame`, from a generator seeded by (seed, frame, head),
+        times `noise_scale`."""
         out = {}
         for h in self.action_heads:
             gen = torch.Generator().manual_seed(head_noise_seed(self.seed, frame, h))
-            out[h] = torch.randn(1, self.head_chunks[h], self._head_dims[h], generator=gen).to(self.model.device)
+            noise = torch.randn(1, self.head_chunks[h], self._head_dims[h], generator=gen)
+            out[h] = (noise if self.noise_scale == 1.0 else noise * self.noise_scale).to(self.model.device)
         return out
 
     def act(

@@ -68,3 +68,47 @@ def test_fresh_scene_demos_record_their_scene_and_no_official_init_state(tmp_pat
             np.testing.assert_allclose(object_positions(again, object_qpos_slices(sim)), drawn, atol=1e-6)
     finally:
         env.close()
+
+
+def test_the_settle_displacement_is_the_farthest_horizontal_move():
+    from oxygen_gym.envs.libero_scenes import settle_displacement
+
+    drawn = np.array([[0.0, 0.0, 0.9], [0.1, 0.1, 0.9], [0.2, 0.0, 0.9]])
+    settled = drawn + np.array([[0.0, 0.0, 0.05], [0.03, 0.04, 0.0], [0.01, 0.0, 0.0]])  # a drop in z is no move
+    assert settle_displacement(drawn, settled) == (1, pytest.approx(0.05))
+    assert settle_displacement(drawn, drawn) == (0, 0.0)
+
+
+def test_the_settle_filter_needs_fresh_scenes_and_a_positive_distance():
+    with pytest.raises(ValueError, match="--max-settle-cm filters fresh scenes"):
+        CollectConfig(max_settle_m=0.01)
+    with pytest.raises(ValueError, match="--max-settle-cm must be > 0"):
+        CollectConfig(init_states=(), fresh_scenes=(0,), max_settle_m=0.0)
+
+
+@pytest.mark.timeout(600)
+def test_a_scene_whose_draw_interpenetrated_is_rejected_and_a_settled_one_kept(tmp_path):
+    """Fresh scene 5 of libero_spatial task 0 is drawn with the bowl in the plate's rim; physics throws it ~25 cm
+    while the scene settles (onto the stove, where the expert cannot grasp it). Scene 1 settles where it was drawn."""
+    pytest.importorskip("libero")
+    from oxygen_gym.train.collect.collector import _env_for, _fresh_scene_attrs, _rejection
+
+    cfg = CollectConfig(init_states=(), fresh_scenes=(5,), variants=1, workers=1, camera_size=64, max_settle_m=0.01)
+    counts = collect(cfg, tmp_path, progress=False)
+    assert counts["ran"] == 1 and counts["kept"] == 0
+    record = json.loads((tmp_path / ATTEMPTS).read_text())
+    assert record["settle_moved_object"] == "akita_black_bowl_1" and record["settle_moved_m"] > 0.2
+    assert record["rejected"].startswith("akita_black_bowl_1 moved") and "--max-settle-cm 1" in record["rejected"]
+    again = collect(cfg, tmp_path, progress=False)  # a rejected scene counts as attempted: a rerun skips it
+    assert again["attempted_before"] == 1 and again["ran"] == 0
+
+    env = _env_for(cfg, 0)
+    for scene, moved_more_than in ((1, None), (5, 0.2)):
+        key = EpisodeKey("libero_spatial", 0, None, 0, scene=scene)
+        env.reset(seed=env.unwrapped.protocol.seed, options={"scene_seed": key.scene_seed()})
+        attrs = _fresh_scene_attrs(env.unwrapped, key)
+        if moved_more_than is None:
+            assert attrs["settle_moved_m"] < 1e-3 and _rejection(cfg, attrs) is None
+        else:
+            assert attrs["settle_moved_m"] > moved_more_than and _rejection(cfg, attrs)
+            assert _rejection(CollectConfig(init_states=(), fresh_scenes=(5,)), attrs) is None  # no filter, kept

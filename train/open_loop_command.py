@@ -17,6 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rows", type=int, default=512, help="frames scored, spread evenly over the data (0 = all)")
     parser.add_argument("--execute", type=int, default=5, help="steps of a chunk that count as executed (default 5)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--noise-scale", type=float, default=1.0,
+                        help="scale of the sampling noise (policies/action_noise.py; 1 = the reference sampler, 0 = deterministic)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", default=None, help="also write the numbers to this JSON file")
 
@@ -49,12 +51,12 @@ def run(args: argparse.Namespace) -> int:
         tokenizer = tokenizer_for(model.config.vocab_size, str(folder))
         dataset = DemoDataset(demos, model.config, tokenizer, NARRATE_PROMPT, stats)
         result = open_loop_metrics(model, dataset, fixed_rows(len(dataset), args.rows), execute=args.execute,
-                                   seed=args.seed)
+                                   seed=args.seed, noise_scale=args.noise_scale)
     except ValueError as e:
         print(f"oxygen-gym train open-loop: {e}")
         return 2
     result = {"checkpoint": str(args.checkpoint), "data": str(args.data), "scenes": args.scenes, "demos": len(demos),
-              "execute": args.execute, **result}
+              "execute": args.execute, "noise_scale": args.noise_scale, **result}
     print(json.dumps(result, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))

@@ -27,9 +27,11 @@ CONVENTION_FIELDS = tuple(n for n in ConventionOverrides.names()
 # The tokenizer is a path on this machine, not result-deciding: the other conventions are.
 RESULT_FIELDS = ("checkpoint", "robot", "mode", "decode_budget", "target_action_hz", "language_tasks", "protocol",
                  "max_steps", "fast_render", "dtype", "fast_reset", *(n for n in CONVENTION_FIELDS if n != "tokenizer"),
-                 "live", "execution", "handover", "queue_threshold")
+                 "noise_scale", "live", "execution", "handover", "queue_threshold")
 # A folder written before live control has none of the live fields: they compare equal to a run without --live.
 LIVE_DEFAULTS = {"live": None, "execution": None, "handover": None, "queue_threshold": None}
+# Every result field a folder written before it existed lacks, with the value such a run had.
+ABSENT_DEFAULTS = {**LIVE_DEFAULTS, "noise_scale": 1.0}
 
 
 @dataclass
@@ -54,6 +56,7 @@ class EvalConfig:
     action_horizon: int | None = None
     family: str | None = None
     tokenizer: str | None = None  # a path on this machine: not result-deciding
+    noise_scale: float = 1.0  # the action heads' starting noise (policies/action_noise.py; 1 = reference sampler)
     # live control (None: today's synchronous loop, the sim waits for the policy)
     live: str | None = None  # measured | fixed:MS | model:FILE[@POINT]
     execution: str | None = None  # with live: sync (default), async, rtc
@@ -169,6 +172,9 @@ def validate(cfg: EvalConfig) -> None:
             raise ValueError("--fresh-scenes and --init-states: give one (fresh scenes or official init states)")
         if not cfg.fresh_scenes or min(cfg.fresh_scenes) < 0:
             raise ValueError(f"--fresh-scenes: {cfg.fresh_scenes!r}; expected scene indices >= 0")
+    from oxygen_gym.policies.action_noise import check_noise_scale
+
+    cfg.noise_scale = check_noise_scale(cfg.noise_scale, "--noise-scale")
     validate_live(cfg)
 
 

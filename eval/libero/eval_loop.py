@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
-from .eval_config import LIVE_DEFAULTS, RESULT_FIELDS, EvalConfig
+from .eval_config import ABSENT_DEFAULTS, RESULT_FIELDS, EvalConfig
 from .episode_set import EpisodeSpec, build_episode_set, record_key, shard
 from .progress import EvalProgress
 from .results import ResultsError, ResultsFolder
@@ -38,7 +38,7 @@ def check_resumable(folder: ResultsFolder, config: EvalConfig) -> None:
             raise ResultsError(f"--out {folder.out}: episodes.jsonl exists without config.json; use a new --out")
         return
     new = config.result_fields()
-    diffs = [k for k in RESULT_FIELDS if old.get(k, LIVE_DEFAULTS.get(k)) != new.get(k)]
+    diffs = [k for k in RESULT_FIELDS if old.get(k, ABSENT_DEFAULTS.get(k)) != new.get(k)]
     if diffs:
         detail = ", ".join(f"{k} was {old.get(k)!r}, now {new.get(k)!r}" for k in diffs)
         raise ResultsError(f"--out {folder.out} holds results of a different evaluation ({detail}); "

@@ -11,7 +11,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from .eval_config import LIVE_DEFAULTS, RESULT_FIELDS
+from .eval_config import ABSENT_DEFAULTS, RESULT_FIELDS
 from .episode_set import build_episode_set, record_key
 from .results import CONFIG_FILE, EPISODES_FILE, ResultsError, ResultsFolder, read_records
 from .summary import write_summary
@@ -45,7 +45,7 @@ def merge_folders(inputs: Sequence[str | Path], out: str | Path) -> dict:
     configs = [_load_config(f) for f in folders]
     ref = configs[0]
     for folder, cfg in zip(folders[1:], configs[1:], strict=True):
-        diffs = [k for k in RESULT_FIELDS if cfg.get(k, LIVE_DEFAULTS.get(k)) != ref.get(k, LIVE_DEFAULTS.get(k))]
+        diffs = [k for k in RESULT_FIELDS if cfg.get(k, ABSENT_DEFAULTS.get(k)) != ref.get(k, ABSENT_DEFAULTS.get(k))]
         if diffs:
             detail = "; ".join(f"{k}: {ref.get(k)!r} in {folders[0]} vs {cfg.get(k)!r} in {folder}" for k in diffs)
             raise ResultsError(f"merge: config mismatch, these are not parts of one evaluation: {detail}")

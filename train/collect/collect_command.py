@@ -45,10 +45,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "state expert labels every visited state; demos are kept whether or not they succeed")
     parser.add_argument("--dagger-beta", type=float, default=0.3,
                         help="with --dagger: probability that a chunk is executed by the expert (default 0.3)")
+    parser.add_argument("--dagger-noise-scale", type=float, default=1.0,
+                        help="with --dagger: scale of the driving policy's sampling noise (1 = the reference sampler, "
+                             "0 = deterministic)")
     parser.add_argument("--perturb", type=float, default=0.0, metavar="RATE",
                         help="perturbed demos: the state expert drives and labels; in variants > 0 each chunk starts, "
                              "with this probability, a push of several cm or a flipped gripper command it must "
                              "recover from (train/collect/perturb.py); failed demos are kept")
+    parser.add_argument("--max-settle-cm", type=float, default=None, metavar="CM",
+                        help="with --fresh-scenes: skip a scene in which an object moved more than this while it "
+                             "settled after LIBERO's draw (its objects were drawn interpenetrating; the bowl can end up "
+                             "on the stove); recorded in attempts.jsonl with the reason")
     parser.add_argument("--relabel", action="store_true",
                         help="collect nothing: recompute the subtask and memory labels of the demos in --out from "
                              "their recorded sim states (train/collect/relabel.py)")
@@ -76,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
             variants=args.variants,
             noise_std=args.noise_std, protocol=args.protocol, camera_size=args.camera_size,
             fast_render=not args.no_fast_render, workers=args.workers,
-            dagger_checkpoint=args.dagger, dagger_beta=args.dagger_beta, perturb_rate=args.perturb,
+            dagger_checkpoint=args.dagger, dagger_beta=args.dagger_beta, dagger_noise_scale=args.dagger_noise_scale,
+            perturb_rate=args.perturb,
+            max_settle_m=None if args.max_settle_cm is None else args.max_settle_cm / 100,
         )
         if cfg.variants < 1 or cfg.workers < 1 or cfg.noise_std < 0:
             raise ValueError("--variants and --workers must be >= 1 and --noise-std >= 0")

@@ -16,6 +16,7 @@ import numpy as np
 from tqdm import tqdm
 
 from oxygen_gym.envs.libero_scenes import SAME_SCENE_M, fresh_scene_seed
+from oxygen_gym.policies.action_noise import check_noise_scale
 
 from .dagger import MixedActor, check_beta, policy_for
 from .perturb import PerturbingActor, check_rate
@@ -80,9 +81,14 @@ class CollectConfig:
     # expert labels every visited state; demos are kept whether or not the episode succeeded
     dagger_checkpoint: str | None = None
     dagger_beta: float = 0.3
+    dagger_noise_scale: float = 1.0  # the driving policy's sampling noise (policies/action_noise.py)
     # perturbed demonstrations (perturb.py): the state expert drives and labels every variant; variants > 0 replace
     # chunks with pushes and gripper flips at this rate per chunk; demos are kept whether or not they succeeded
     perturb_rate: float = 0.0
+    # fresh scenes only: reject a scene in which some object moved more than this (metres, horizontally) while it
+    # settled after LIBERO's draw, i.e. a draw whose objects interpenetrated (libero_scenes.settle_displacement);
+    # None keeps every scene
+    max_settle_m: float | None = None
 
     def __post_init__(self) -> None:
         if self.fresh_scenes and self.init_states:
@@ -90,9 +96,15 @@ class CollectConfig:
                              f"(init_states={list(self.init_states)}, fresh_scenes={list(self.fresh_scenes)})")
         if self.dagger_checkpoint is not None:
             check_beta(self.dagger_beta)
+        check_noise_scale(self.dagger_noise_scale, "--dagger-noise-scale")
         check_rate(self.perturb_rate)
         if self.perturb_rate and self.dagger_checkpoint is not None:
             raise ValueError("--perturb and --dagger both choose who drives; give one")
+        if self.max_settle_m is not None:
+            if not self.fresh_scenes:
+                raise ValueError("--max-settle-cm filters fresh scenes; give --fresh-scenes with it")
+            if not self.max_settle_m > 0:
+                raise ValueError(f"--max-settle-cm must be > 0, got {self.max_settle_m * 100:g}")
 
     @property
     def keeps_failures(self) -> bool:
@@ -156,9 +168,10 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
     obs, info = env.reset(seed=env.unwrapped.protocol.seed, options=options)
     sim = env.unwrapped.libero_env.env
     scene_attrs = {} if key.scene is None else _fresh_scene_attrs(env.unwrapped, key)
-    if scene_attrs.get("official_distance_m", 1.0) < SAME_SCENE_M:  # LIBERO drew an official scene: keep it held out
+    rejected = _rejection(cfg, scene_attrs)
+    if rejected:
         return key, None, {"episode": key.name, **asdict(key), "success": False, "steps": 0, **scene_attrs,
-                           "rejected": "the scene equals an official init state", "seconds": 0.0}
+                           "rejected": rejected, "seconds": 0.0}
     labeller, memory = SubtaskLabeller(sim), MemoryLabeller(sim)
     rng = np.random.default_rng(key.noise_seed())
     replan = env.unwrapped.protocol.replan
@@ -170,7 +183,7 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
         expert, actor = PickPlaceExpert(sim), None
     else:
         expert = StatePickPlaceExpert(sim)
-        actor = MixedActor(policy_for(cfg.dagger_checkpoint, cfg.protocol), cfg.dagger_beta,
+        actor = MixedActor(policy_for(cfg.dagger_checkpoint, cfg.protocol, cfg.dagger_noise_scale), cfg.dagger_beta,
                            replan, rng)
     steps: dict[str, list] = {k: [] for k in ("agentview", "wrist", "ee", "grip", "joints", "act", "exec", "states", "sub", "mem")}
     done = False
@@ -200,7 +213,8 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
               "seconds": round(time.perf_counter() - t0, 2), **scene_attrs}
     extra = {}
     if isinstance(actor, MixedActor):
-        extra = {"dagger_beta": cfg.dagger_beta, "policy_steps": actor.policy_steps}
+        extra = {"dagger_beta": cfg.dagger_beta, "dagger_noise_scale": cfg.dagger_noise_scale,
+                 "policy_steps": actor.policy_steps}
     elif isinstance(actor, PerturbingActor):
         extra = {"perturb_rate": cfg.perturb_rate, "perturbations": actor.perturbations,
                  "perturbed_steps": actor.perturbed_steps}
@@ -223,17 +237,33 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
     return key, demo, record
 
 
+def _rejection(cfg: CollectConfig, scene_attrs: dict) -> str | None:
+    """Why a fresh scene is not collected, or None: it is an official init state (they stay held out), or, with
+    `max_settle_m`, its draw interpenetrated and an object moved too far while settling."""
+    if scene_attrs.get("official_distance_m", 1.0) < SAME_SCENE_M:  # LIBERO drew an official scene: keep it held out
+        return "the scene equals an official init state"
+    moved = scene_attrs.get("settle_moved_m")
+    if cfg.max_settle_m is not None and moved is not None and moved > cfg.max_settle_m:
+        return (f"{scene_attrs['settle_moved_object']} moved {moved * 100:.1f} cm while the scene settled "
+                f"(--max-settle-cm {cfg.max_settle_m * 100:g})")
+    return None
+
+
 def _fresh_scene_attrs(env, key: EpisodeKey) -> dict:
-    """What a fresh scene's demo records: its index and seed, the objects' drawn positions, and the official init
-    state nearest to it (compared, not assumed: libero_scenes.py)."""
-    from oxygen_gym.envs.libero_scenes import distance_to_official, object_qpos_slices, object_positions, official_positions
+    """What a fresh scene's demo records: its index and seed, the objects' drawn positions, the official init
+    state nearest to it (compared, not assumed: libero_scenes.py), and how far the objects moved while settling."""
+    from oxygen_gym.envs.libero_scenes import (distance_to_official, object_qpos_slices, object_positions,
+                                               official_positions, scene_positions, settle_displacement)
 
     sim = env.libero_env.env
+    names = list(object_qpos_slices(sim))
     drawn = object_positions(env.start_qpos, object_qpos_slices(sim))
     nearest, distance = distance_to_official(drawn, official_positions(sim, env.init_states))
-    return {"scene": key.scene, "scene_seed": key.scene_seed(), "object_names": list(object_qpos_slices(sim)),
+    moved_index, moved = settle_displacement(drawn, scene_positions(sim))
+    return {"scene": key.scene, "scene_seed": key.scene_seed(), "object_names": names,
             "object_positions": drawn.round(6).tolist(), "official_nearest": nearest,
-            "official_distance_m": round(distance, 6)}
+            "official_distance_m": round(distance, 6), "settle_moved_object": names[moved_index],
+            "settle_moved_m": round(moved, 6)}
 
 
 def _worker(args):
@@ -273,7 +303,7 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
     if manifest.is_file():
         old = json.loads(manifest.read_text())["config"]
         keep = ("suite", "variants", "noise_std", "protocol", "camera_size", "fast_render", "fast_reset", "max_steps",
-                "dagger_checkpoint", "dagger_beta", "perturb_rate")
+                "dagger_checkpoint", "dagger_beta", "dagger_noise_scale", "perturb_rate", "max_settle_m")
         if bool(old.get("fresh_scenes")) != bool(cfg.fresh_scenes):
             raise ValueError(f"--out {out} holds a collection from "
                              f"{'fresh scenes' if old.get('fresh_scenes') else 'official init states'}; use another folder")

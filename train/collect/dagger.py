@@ -20,17 +20,18 @@ def check_beta(beta: float) -> None:
         raise ValueError(f"--dagger-beta must be in [0, 1) (1 would be plain expert collection), got {beta}")
 
 
-def policy_for(checkpoint: str, protocol: str):
+def policy_for(checkpoint: str, protocol: str, noise_scale: float = 1.0):
     """The driving policy of this worker process (a checkpoint folder or a built-in name), built once (actions
-    only: no language tasks)."""
-    if _POLICY.get("key") != (checkpoint, protocol):
+    only: no language tasks), sampling with `noise_scale` (policies/action_noise.py)."""
+    if _POLICY.get("key") != (checkpoint, protocol, noise_scale):
         from oxygen_gym import MultiTaskPolicy
         from oxygen_gym.envs.protocols import get_libero_protocol
 
         _POLICY["policy"] = MultiTaskPolicy.from_pretrained(
             checkpoint, robot="libero", tasks=[], seed=0,
-            image_resize=get_libero_protocol(protocol).image_resize)  # as eval feeds it (eval_config.overrides)
-        _POLICY["key"] = (checkpoint, protocol)
+            image_resize=get_libero_protocol(protocol).image_resize,  # as eval feeds it (eval_config.overrides)
+            noise_scale=noise_scale)
+        _POLICY["key"] = (checkpoint, protocol, noise_scale)
     return _POLICY["policy"]
 
 
