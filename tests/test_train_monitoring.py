@@ -148,6 +148,27 @@ def test_open_loop_error_is_zero_when_the_expert_did_what_the_model_does():
     assert open_loop_metrics(model, closed, rows, seed=3, batch_size=2)["gripper_false_open"] == pytest.approx(opens)
 
 
+def test_open_loop_samples_with_the_noise_scale_it_is_given():
+    """noise_scale 0 scores the model's deterministic chunk: replayed as the expert's actions it scores zero, while
+    the reference sampler (scale 1) does not."""
+    cfg, tok = PI05Config.named("compact"), builtin_tokenizer()
+    model = build_model(cfg, seed=0, device="cpu", dtype=torch.float32)
+    demos = [synthetic_demo(i, steps=cfg.action_horizon, size=64) for i in range(2)]
+    stats = compute_norm_stats(demos)
+    rows = torch.tensor([0, cfg.action_horizon])
+    batch = DemoDataset(demos, cfg, tok, "What is the robot doing?", stats, progress=False).batch(rows)
+    zero = torch.zeros(batch.actions.shape)
+    sampled = model.sample_actions(batch.images, batch.image_masks, batch.tokens, batch.token_masks, zero).float()
+    norm = Normalizer("QUANTILES", {"q01": stats["actions"].q01, "q99": stats["actions"].q99})
+    for d, demo in enumerate(demos):
+        demo.actions = norm.unnormalize(sampled[d, :, :7].numpy()).astype(np.float32)
+    ds = DemoDataset(demos, cfg, tok, "What is the robot doing?", stats, progress=False)
+    assert open_loop_metrics(model, ds, rows, seed=3, batch_size=2, noise_scale=0.0)["mse_exec"] < 1e-9
+    assert open_loop_metrics(model, ds, rows, seed=3, batch_size=2, noise_scale=1.0)["mse_exec"] > 1e-3
+    with pytest.raises(ValueError, match="noise_scale"):
+        open_loop_metrics(model, ds, rows, noise_scale=-1.0)
+
+
 def test_open_loop_command_scores_a_checkpoint_on_chosen_scenes(tmp_path, capsys):
     from oxygen_gym.cli import main
 
