@@ -47,7 +47,9 @@ def test_run_folder_loads_the_model_it_was_written_from(full):
         with ref:
             for a, b in zip(acts, _acts(ref)):
                 for h in ("pi", "groot", "oft"):
-                    np.testing.assert_array_equal(a[h], b[h], err_msg=h)
+                    # the same weights bit for bit (above); the actions agree to fp32 rounding: bit-equal on an AVX2
+                    # CPU, within 6e-8 on an AVX-512 one (measured; which kernel differs was not traced)
+                    np.testing.assert_allclose(a[h], b[h], rtol=0, atol=1e-6, err_msg=h)
     assert acts[0]["pi"].shape == (6, 7) and acts[0]["oft"].shape == (4, 7)
 
 
