@@ -67,26 +67,33 @@ $(VENV_MIN)/.installed: pyproject.toml Makefile
 	$(VENV_MIN)/bin/python -m pip install -q -c $(VENV_MIN)/constraints.txt -e ".[serve,test]" "openpi-client>=0.1.2" "scipy>=1.10" "gymnasium>=1.0"
 	touch $@
 
-# The shipped `libero-spatial` model from scratch (docs/libero-spatial.md): scripted demonstrations of libero_spatial
-# task 0 from init states 0-29 (1 clean + 1 noise-injected episode each), then the `compact` config trained for 2,400
-# steps and resumed to 3,600 (the shipped run: its cosine schedule restarted from where 2,400 left it). Every step
-# resumes when rerun. The result replaces oxygen_gym/assets/libero-spatial/.
+# The shipped `libero-spatial` model from scratch (docs/libero-spatial.md, "The shipped recipe"): perturbed
+# demonstrations of libero_spatial task 0 on fresh scenes 0-79 (scenes whose draw threw an object > 5 cm dropped;
+# every official init state held out), the `compact` config trained with a 4,500-step schedule whose step-3,500
+# snapshot drives one DAgger round on fresh scenes 1000-1025 (the policy alone; once with the reference sampler, once
+# with noise scale 0), then a 1,500-step fine-tune on all three collections. Every step resumes when rerun; the
+# result replaces oxygen_gym/assets/libero-spatial/ (keeping its memory adapter folder, retrained by the next recipe).
 DATA ?= data/libero-spatial
+DAGGER ?= data/libero-spatial-dagger
 RUN ?= runs/train-libero-spatial
+FINETUNE ?= runs/train-libero-spatial-dagger
+TRAIN_FLAGS := --batch-size 32 --ema-decay 0.999 --color-jitter 0.1 --shift 4 --val-scenes 0-3 --checkpoint-every 500 --threads 2
+DAGGER_FLAGS := --suite libero_spatial --tasks 0 --variants 1 --max-settle-cm 5 --no-fast-render --workers 2 --dagger $(RUN)/snapshots/step_3500 --dagger-beta 0
 libero-spatial: install
-	$(BIN)/oxygen-gym collect libero --suite libero_spatial --tasks 0 --init-states 0-29 --variants 2 --workers 2 --out $(DATA)
-	OMP_WAIT_POLICY=PASSIVE $(BIN)/oxygen-gym train --data $(DATA) --config compact --steps 2400 --batch-size 32 --threads 2 --out $(RUN)
-	OMP_WAIT_POLICY=PASSIVE $(BIN)/oxygen-gym train --data $(DATA) --config compact --steps 3600 --batch-size 32 --threads 2 --out $(RUN)
-	rm -rf oxygen_gym/assets/libero-spatial && cp -r $(RUN)/model oxygen_gym/assets/libero-spatial
+	$(BIN)/oxygen-gym collect libero --suite libero_spatial --tasks 0 --fresh-scenes 0-79 --variants 2 --perturb 0.15 --max-settle-cm 5 --no-fast-render --workers 2 --out $(DATA)
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/oxygen-gym train --data $(DATA) --config compact --steps 4500 $(TRAIN_FLAGS) --out $(RUN)
+	$(BIN)/oxygen-gym collect libero $(DAGGER_FLAGS) --fresh-scenes 1000-1025 --out $(DAGGER)-n1
+	$(BIN)/oxygen-gym collect libero $(DAGGER_FLAGS) --fresh-scenes 1000-1024 --dagger-noise-scale 0 --out $(DAGGER)-n0
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/oxygen-gym train --data $(DATA),$(DAGGER)-n1,$(DAGGER)-n0 --init $(RUN)/snapshots/step_3500 --steps 1500 --lr 3e-4 --warmup 100 $(TRAIN_FLAGS) --out $(FINETUNE)
+	mkdir -p oxygen_gym/assets/libero-spatial && find oxygen_gym/assets/libero-spatial -maxdepth 1 -type f -delete && cp $(FINETUNE)/model/* oxygen_gym/assets/libero-spatial/
 
-# The shipped memory adapter of libero-spatial (docs/libero-spatial.md, "The memory adapter"): expert demonstrations
-# of init states 0-19 (clean; every frame labelled with what the robot did last, envs/scene_memory.py), then a rank-8 LoRA
-# trained on the frozen shipped model's language path. Both steps resume when rerun; the result replaces
+# The shipped memory adapter of libero-spatial (docs/libero-spatial.md, "The memory adapter"): the base recipe's
+# fresh-scene demonstrations (every frame labelled with what the robot did last, envs/scene_memory.py), then a rank-8
+# LoRA trained on the frozen shipped model's language path. Resumes when rerun; the result replaces
 # oxygen_gym/assets/libero-spatial/adapters/memory/ (only valid for the base it was trained on).
-MEMORY_DATA ?= data/memory
+MEMORY_DATA ?= $(DATA)
 MEMORY_RUN ?= runs/train-memory
 MEMORY_PROMPT ?= What did the robot do last?
 libero-spatial-memory: install
-	$(BIN)/oxygen-gym collect libero --suite libero_spatial --tasks 0 --init-states 0-19 --variants 1 --workers 2 --out $(MEMORY_DATA)
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/oxygen-gym train --adapter memory --label memory --prompt "$(MEMORY_PROMPT)" --rank 8 --data $(MEMORY_DATA) --steps 450 --batch-size 32 --balance-labels --threads 2 --out $(MEMORY_RUN)
 	rm -rf oxygen_gym/assets/libero-spatial/adapters/memory && mkdir -p oxygen_gym/assets/libero-spatial/adapters && cp -r $(MEMORY_RUN)/adapter oxygen_gym/assets/libero-spatial/adapters/memory
