@@ -46,8 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--suite", default="libero_spatial", help="LIBERO suite (default libero_spatial)")
     parser.add_argument("--task-id", type=int, default=0, help="task of the suite, 0..9 (default 0)")
     parser.add_argument("--init-state", type=int, default=None,
-                        help=f"LIBERO init state, 0..49 (default {DEMO_INIT_STATE} for {DEFAULT_TRAINED}, one it never "
-                             "saw in training; else 0)"),
+                        help=f"LIBERO init state, 0..49 (default {DEMO_INIT_STATE} for {DEFAULT_TRAINED}, held out of "
+                             "its data; else 0)"),
     parser.add_argument("--seed", type=int, default=None, help="episode seed (default: the protocol's, 7 for openpi)")
     parser.add_argument("--protocol", choices=PROTOCOLS, default="openpi", help="openpi or lerobot (default openpi)")
     parser.add_argument("--max-steps", type=int, default=None,
