@@ -256,8 +256,9 @@ def _fresh_scene_attrs(env, key: EpisodeKey) -> dict:
                                                official_positions, scene_positions, settle_displacement)
 
     sim = env.libero_env.env
-    names = list(object_qpos_slices(sim))
-    drawn = object_positions(env.start_qpos, object_qpos_slices(sim))
+    slices = object_qpos_slices(sim)
+    names = list(slices)
+    drawn = object_positions(env.start_qpos, slices)
     nearest, distance = distance_to_official(drawn, official_positions(sim, env.init_states))
     moved_index, moved = settle_displacement(drawn, scene_positions(sim))
     return {"scene": key.scene, "scene_seed": key.scene_seed(), "object_names": names,
