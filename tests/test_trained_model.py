@@ -4,9 +4,9 @@ defaults (openpi protocol, hard reset, full render), and narrates with the subta
 
 The episode is deterministic on one CPU (fixed seed), not across CPUs: the kernels of an AVX2 and an AVX-512 machine
 round differently and a closed loop amplifies that. So the test runs the first official init states in order (the
-rule, not a search for one that works) and asks for one success. The model solves 18 of 24 fresh scenes (model card;
-its official rate is not measured yet), so on a CPU kind it was not checked on, the three may all fail: add the next
-states in order then."""
+rule, not a search for one that works) and asks for one success. The model solves 58% of the official states (model card;
+states 0 and 1 with seed 7), so on a CPU kind it was not checked on, the three may all fail (about 7% if they were
+independent draws): add the next states in order then."""
 from __future__ import annotations
 
 import gymnasium as gym
