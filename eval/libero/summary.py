@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from .episode_set import SUITES
+from .failure_modes import failure_modes, render_failure_modes
 from .results import write_json_atomic, write_text_atomic
 from .summary_stats import percentiles, t_interval
 
@@ -152,6 +153,7 @@ def summarize(records: Iterable[dict], config: dict | None = None, expected: int
         "held_out": _held_out_split(ok),
         "narration": _narration(ok),
         "memory": _narration(ok, "memory_accuracy"),
+        "failure_modes": failure_modes(ok),
         "live": _live(ok),
         "suites": per_suite,
         "speed": _speed(ok),
@@ -209,6 +211,9 @@ def render_markdown(summary: dict) -> str:
                       f"{_pct(mem['accuracy'])} of "
                       f"{mem['frames']} labelled frames ({mem['episodes']} episodes; labels from sim state, "
                       "envs/scene_memory.py)."]
+    modes = summary.get("failure_modes")
+    if modes:
+        lines += ["", render_failure_modes(modes)]
     live = summary.get("live")
     if live:
         lat = live["latency"] or {}
