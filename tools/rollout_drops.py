@@ -18,20 +18,16 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from oxygen_gym.eval.libero.failure_modes import ON_THE_TABLE, phase
-
-GRIPPER_DIM = 6  # LIBERO's 7-d action: 3 position, 3 rotation, gripper (-1 open, +1 close)
+from oxygen_gym.eval.libero.failure_modes import losses_of_hold, phase
+from oxygen_gym.train.open_loop import GRIPPER_DIM
 
 
 def drops_of_rollout(subtasks: list[str], gripper_commands: np.ndarray, window: int) -> list[dict]:
     """Each carry -> reach/grasp step of one rollout, with the executed gripper commands of the steps before it."""
-    phases = [phase(s) for s in subtasks]
     out = []
-    for i in range(1, len(phases)):
-        if phases[i - 1] == "carry" and phases[i] in ON_THE_TABLE:
-            before = gripper_commands[max(0, i - window):i]
-            opens = int((before < 0).sum())
-            out.append({"step": i, "kind": "opened" if opens else "closed", "open_commands": opens})
+    for i in losses_of_hold([phase(s) for s in subtasks], "carry"):
+        opens = int((gripper_commands[max(0, i - window):i] < 0).sum())
+        out.append({"step": i, "kind": "opened" if opens else "closed", "open_commands": opens})
     return out
 
 
@@ -43,7 +39,7 @@ def carry_open_share(subtasks: list[str], gripper_commands: np.ndarray) -> tuple
 
 def analyse(path: Path, window: int) -> dict:
     """Drops per rollout and in total, and the share of carry steps commanded open."""
-    rollouts, opened, closed, carry_opens, carry_steps = {}, 0, 0, 0, 0
+    rollouts, carry_opens, carry_steps = {}, 0, 0
     with h5py.File(path, "r") as f:
         for name in sorted(f["data"], key=lambda n: int(n.rsplit("_", 1)[-1])):
             demo = f["data"][name]
@@ -51,12 +47,11 @@ def analyse(path: Path, window: int) -> dict:
                 raise ValueError(f"{path}:{name} lacks executed_actions or subtasks (record with oxygen-gym collect)")
             subtasks = [s.decode() if isinstance(s, bytes) else str(s) for s in demo["subtasks"][()]]
             grip = demo["executed_actions"][()][:, GRIPPER_DIM]
-            drops = drops_of_rollout(subtasks, grip, window)
+            rollouts[name] = drops_of_rollout(subtasks, grip, window)
             o, s = carry_open_share(subtasks, grip)
             carry_opens, carry_steps = carry_opens + o, carry_steps + s
-            opened += sum(d["kind"] == "opened" for d in drops)
-            closed += sum(d["kind"] == "closed" for d in drops)
-            rollouts[name] = drops
+    kinds = [d["kind"] for drops in rollouts.values() for d in drops]
+    opened, closed = kinds.count("opened"), kinds.count("closed")
     return {"rollouts": len(rollouts), "with_drop": sum(bool(d) for d in rollouts.values()), "drops": opened + closed,
             "opened": opened, "closed": closed, "carry_open_share": round(carry_opens / max(carry_steps, 1), 4),
             "window": window, "per_rollout": rollouts}

@@ -15,7 +15,6 @@ from collections import Counter
 from collections.abc import Iterable
 
 PHASES = ("reach", "grasp", "carry", "place", "release")
-LIFTED = ("carry", "place")  # the object is held above the table
 ON_THE_TABLE = ("reach", "grasp")  # the object is not held up (off the target: there it is "release")
 
 
@@ -25,19 +24,21 @@ def phase(label: str) -> str | None:
     return verb if verb in PHASES else None
 
 
-def transitions(phases: list[str]) -> set[tuple[str, str]]:
-    """The changes of phase in a frame sequence ("carry", "carry", "grasp" -> {("carry", "grasp")})."""
-    return {(a, b) for a, b in zip(phases, phases[1:]) if a != b}
+def losses_of_hold(phases: list[str | None], held: str) -> list[int]:
+    """The indices at which a `held` frame ("carry": in transit, "place": low over the target) is followed by one
+    whose object rests on the table (reach or grasp): where the object was lost. tools/rollout_drops.py uses the
+    indices on per-step labels to look at the gripper commands before each."""
+    return [i for i in range(1, len(phases)) if phases[i - 1] == held and phases[i] in ON_THE_TABLE]
 
 
 def dropped_in_transit(phases: list[str]) -> bool:
     """The object was carried and then was no longer held up, away from the target."""
-    return any(a == "carry" and b in ON_THE_TABLE for a, b in transitions(phases))
+    return bool(losses_of_hold(phases, "carry"))
 
 
 def set_down_beside_target(phases: list[str]) -> bool:
     """The object was held low over the target and then rested on the table without LIBERO's goal holding."""
-    return any(a == "place" and b in ON_THE_TABLE for a, b in transitions(phases))
+    return bool(losses_of_hold(phases, "place"))
 
 
 def failure_modes(records: Iterable[dict]) -> dict | None:
