@@ -24,12 +24,26 @@ OPEN_GAP = 0.07  # finger opening above which an opening gripper counts as open 
 AT_REST = 0.02  # m/s: an object moving slower than this has come to rest (a released bowl lands in ~0.2 s)
 
 
+def at_release_point(eef: np.ndarray, obj: np.ndarray, target: np.ndarray, release_xy: float | None = None) -> bool:
+    """Low enough over the target to open. Default (`release_xy` None): the eef within REACHED of its lowering
+    waypoint in 3-D. With `release_xy` (metres): the eef at the waypoint's height (within REACHED) and the held
+    object within `release_xy` of the target horizontally, so a bowl a few centimetres off the plate's centre is let
+    go (LIBERO's `On` needs contact, not centring) instead of being corrected to a centimetre a 96 px image can't
+    resolve."""
+    waypoint = target + BOWL_RIM + LOWER
+    if release_xy is None:
+        return bool(np.linalg.norm(eef - waypoint) < REACHED)
+    return bool(abs(eef[2] - waypoint[2]) < REACHED and np.linalg.norm((obj - target)[:2]) < release_xy)
+
+
 def state_phase(eef: np.ndarray, finger_gap: float, obj: np.ndarray, target: np.ndarray, rest_z: float,
-                closing_steps: int = SETTLE_STEPS, missed_target: bool = False) -> str:
+                closing_steps: int = SETTLE_STEPS, missed_target: bool = False,
+                release_xy: float | None = None) -> str:
     """The phase a state is in: above, down, close, open, lift, over, lower, release or retreat. `closing_steps`: how
     many steps in a row the gripper has been commanded closed (a grip is firm only after SETTLE_STEPS).
     `missed_target`: the object rests near the target but the task's own goal check fails (set down beside the
-    plate or on its rim), so it is picked up and placed again instead of being left there."""
+    plate or on its rim), so it is picked up and placed again instead of being left there. `release_xy`: see
+    `at_release_point`."""
     grasp = obj + BOWL_RIM
     at_object = np.linalg.norm(eef - grasp) < SubtaskLabeller.GRASP_RADIUS
     over_target = np.linalg.norm((obj - target)[:2]) < SubtaskLabeller.OVER_TARGET
@@ -38,7 +52,7 @@ def state_phase(eef: np.ndarray, finger_gap: float, obj: np.ndarray, target: np.
         return "close"  # closing on the object: let the fingers settle before lifting
     if at_object and finger_gap < CLOSED:  # holding the object (closed on it, fingers settled)
         if over_target:
-            return "release" if np.linalg.norm(eef - (target + BOWL_RIM + LOWER)) < REACHED else "lower"
+            return "release" if at_release_point(eef, obj, target, release_xy) else "lower"
         if eef[2] < LIFT_HEIGHT - 0.05 and obj[2] < rest_z + ON_TABLE:
             return "lift"
         return "over"
@@ -70,8 +84,10 @@ def phase_action(phase: str, eef: np.ndarray, obj: np.ndarray, target: np.ndarra
 class StatePickPlaceExpert:
     """Drop-in for PickPlaceExpert (same call: the policy state vector, privileged poses from the sim)."""
 
-    def __init__(self, libero_env) -> None:
-        self.sim = libero_env
+    def __init__(self, libero_env, release_xy: float | None = None) -> None:
+        """`release_xy`: horizontal tolerance (metres) of the held object over the target at which it opens
+        (`at_release_point`; None: the eef within REACHED of its lowering waypoint)."""
+        self.sim, self.release_xy = libero_env, release_xy
         self.obj, self.target = pick_place_goal(libero_env)
         self.rest_z = float(self._pos(self.obj)[2])
         self.phase, self.closing, self._closing_before = "above", 0, 0
@@ -90,9 +106,10 @@ class StatePickPlaceExpert:
         eef = np.asarray(state[:3], np.float64)
         gap = float(state[6] - state[7])
         obj, target = self._pos(self.obj), self._pos(self.target)
-        self.phase = state_phase(eef, gap, obj, target, self.rest_z, self.closing)
+        self.phase = state_phase(eef, gap, obj, target, self.rest_z, self.closing, release_xy=self.release_xy)
         if self.phase == "retreat" and self._missed_target():  # the sim's goal check only where it can matter
-            self.phase = state_phase(eef, gap, obj, target, self.rest_z, self.closing, missed_target=True)
+            self.phase = state_phase(eef, gap, obj, target, self.rest_z, self.closing, missed_target=True,
+                                     release_xy=self.release_xy)
         self._closing_before = self.closing
         self.closing = self.closing + 1 if self.phase in ("close", "lift", "over", "lower") else 0  # gripping steps
         return phase_action(self.phase, eef, obj, target)

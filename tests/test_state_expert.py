@@ -110,3 +110,26 @@ def _set_down_beside_the_plate_then_expert(env) -> None:
     assert opened == 12, "the bowl was not carried to beside the plate and let go"
     assert info["is_success"], f"not placed again: the expert's phases after the miss ended {phases[-5:]}"
     assert phases.count("close") > SETTLE_STEPS, "placed without a second grasp: the miss did not happen"
+
+
+def test_a_release_tolerance_lets_go_of_a_bowl_off_the_plates_centre_at_the_lowering_height():
+    """`release_xy`: the bowl within that of the plate horizontally and the eef at its lowering height open the
+    gripper; the default waits for the eef at its waypoint within 1.5 cm, and neither opens high above the plate."""
+    off = TARGET + [0.02, 0.0, 0.06]  # the held bowl 2 cm off the plate's centre
+    low = off + BOWL_RIM + [0.0, 0.0, 0.0]  # eef at the lowering height above it
+    assert state_phase(low, SHUT, off, TARGET, rest_z=OBJ[2], closing_steps=50) == "lower"
+    assert state_phase(low, SHUT, off, TARGET, rest_z=OBJ[2], closing_steps=50, release_xy=0.025) == "release"
+    assert state_phase(low, SHUT, off, TARGET, rest_z=OBJ[2], closing_steps=50, release_xy=0.015) == "lower"
+    high = low + [0.0, 0.0, 0.05]
+    assert state_phase(high, SHUT, off + [0.0, 0.0, 0.05], TARGET, rest_z=OBJ[2], closing_steps=50,
+                       release_xy=0.025) == "lower"
+
+
+def test_collect_checks_the_release_tolerance():
+    from oxygen_gym.train.collect.collector import CollectConfig
+
+    with pytest.raises(ValueError, match="--release-xy-cm must be in"):
+        CollectConfig(init_states=(), fresh_scenes=(0,), perturb_rate=0.15, release_xy_m=0.05)
+    with pytest.raises(ValueError, match="give --perturb or --dagger"):
+        CollectConfig(init_states=(), fresh_scenes=(0,), release_xy_m=0.02)
+    assert CollectConfig(init_states=(), fresh_scenes=(0,), perturb_rate=0.15, release_xy_m=0.025).to_json()["release_xy_m"] == 0.025

@@ -56,6 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --fresh-scenes: skip a scene in which an object moved more than this while it "
                              "settled after LIBERO's draw (its objects were drawn interpenetrating; the bowl can end up "
                              "on the stove); recorded in attempts.jsonl with the reason")
+    parser.add_argument("--release-xy-cm", type=float, default=None, metavar="CM",
+                        help="with --perturb or --dagger: the state expert opens once the bowl is within CM of the "
+                             "target horizontally at its lowering height (default: its eef within 1.5 cm of the "
+                             "lowering waypoint)")
     parser.add_argument("--relabel", action="store_true",
                         help="collect nothing: recompute the subtask and memory labels of the demos in --out from "
                              "their recorded sim states (train/collect/relabel.py)")
@@ -86,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
             dagger_checkpoint=args.dagger, dagger_beta=args.dagger_beta, dagger_noise_scale=args.dagger_noise_scale,
             perturb_rate=args.perturb,
             max_settle_m=None if args.max_settle_cm is None else args.max_settle_cm / 100,
+            release_xy_m=None if args.release_xy_cm is None else args.release_xy_cm / 100,
         )
         if cfg.variants < 1 or cfg.workers < 1 or cfg.noise_std < 0:
             raise ValueError("--variants and --workers must be >= 1 and --noise-std >= 0")

@@ -89,6 +89,9 @@ class CollectConfig:
     # settled after LIBERO's draw, i.e. a draw whose objects interpenetrated (libero_scenes.settle_displacement);
     # None keeps every scene
     max_settle_m: float | None = None
+    # the state expert (perturbed demos, DAgger) opens once the held object is within this of the target horizontally,
+    # at its lowering height (envs/state_expert.py at_release_point); None: at its lowering waypoint within 1.5 cm
+    release_xy_m: float | None = None
 
     def __post_init__(self) -> None:
         if self.fresh_scenes and self.init_states:
@@ -105,6 +108,11 @@ class CollectConfig:
                 raise ValueError("--max-settle-cm filters fresh scenes; give --fresh-scenes with it")
             if not self.max_settle_m > 0:
                 raise ValueError(f"--max-settle-cm must be > 0, got {self.max_settle_m * 100:g}")
+        if self.release_xy_m is not None:
+            if not self.keeps_failures:
+                raise ValueError("--release-xy-cm sets the state expert's release; give --perturb or --dagger with it")
+            if not 0 < self.release_xy_m < 0.04:  # beyond SubtaskLabeller.OVER_TARGET the expert is not placing yet
+                raise ValueError(f"--release-xy-cm must be in (0, 4), got {self.release_xy_m * 100:g}")
 
     @property
     def keeps_failures(self) -> bool:
@@ -176,13 +184,13 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
     rng = np.random.default_rng(key.noise_seed())
     replan = env.unwrapped.protocol.replan
     if cfg.perturb_rate > 0:
-        expert = StatePickPlaceExpert(sim)
+        expert = StatePickPlaceExpert(sim, cfg.release_xy_m)
         actor = None if key.variant == 0 else PerturbingActor(
             cfg.perturb_rate, replan, cfg.noise_std, rng)
     elif cfg.dagger_checkpoint is None:
         expert, actor = PickPlaceExpert(sim), None
     else:
-        expert = StatePickPlaceExpert(sim)
+        expert = StatePickPlaceExpert(sim, cfg.release_xy_m)
         actor = MixedActor(policy_for(cfg.dagger_checkpoint, cfg.protocol, cfg.dagger_noise_scale), cfg.dagger_beta,
                            replan, rng)
     steps: dict[str, list] = {k: [] for k in ("agentview", "wrist", "ee", "grip", "joints", "act", "exec", "states", "sub", "mem")}
@@ -304,7 +312,8 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
     if manifest.is_file():
         old = json.loads(manifest.read_text())["config"]
         keep = ("suite", "variants", "noise_std", "protocol", "camera_size", "fast_render", "fast_reset", "max_steps",
-                "dagger_checkpoint", "dagger_beta", "dagger_noise_scale", "perturb_rate", "max_settle_m")
+                "dagger_checkpoint", "dagger_beta", "dagger_noise_scale", "perturb_rate", "max_settle_m",
+                "release_xy_m")
         if bool(old.get("fresh_scenes")) != bool(cfg.fresh_scenes):
             raise ValueError(f"--out {out} holds a collection from "
                              f"{'fresh scenes' if old.get('fresh_scenes') else 'official init states'}; use another folder")
