@@ -132,4 +132,5 @@ def test_collect_checks_the_release_tolerance():
         CollectConfig(init_states=(), fresh_scenes=(0,), perturb_rate=0.15, release_xy_m=0.05)
     with pytest.raises(ValueError, match="give --perturb or --dagger"):
         CollectConfig(init_states=(), fresh_scenes=(0,), release_xy_m=0.02)
-    assert CollectConfig(init_states=(), fresh_scenes=(0,), perturb_rate=0.15, release_xy_m=0.025).to_json()["release_xy_m"] == 0.025
+    cfg = CollectConfig(init_states=(), fresh_scenes=(0,), perturb_rate=0.15, release_xy_m=0.025)
+    assert cfg.to_json()["release_xy_m"] == 0.025

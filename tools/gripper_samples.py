@@ -16,20 +16,20 @@ import argparse
 import json
 from pathlib import Path
 
-import h5py
 import numpy as np
 
 from oxygen_gym.eval.libero.failure_modes import phase
+from oxygen_gym.train.collect.libero_hdf5 import Demo, demo_names, read_demos
 from oxygen_gym.train.open_loop import GRIPPER_DIM
 
 PHASES = ("carry", "place", "release")
 
 
-def recorded_obs(demo, t: int) -> dict:
+def recorded_obs(demo: Demo, t: int) -> dict:
     """The observation the rollout's policy got at step `t` (what collect's MixedActor passed to act())."""
-    state = np.concatenate([demo["obs/ee_states"][t], demo["obs/gripper_states"][t]]).astype(np.float32)
-    return {"images": {"base": demo["obs/agentview_rgb"][t], "wrist": demo["obs/eye_in_hand_rgb"][t]},
-            "state": state, "prompt": str(demo.attrs["language"])}
+    state = np.concatenate([demo.ee_states[t], demo.gripper_states[t]]).astype(np.float32)
+    return {"images": {"base": demo.agentview[t], "wrist": demo.wrist[t]}, "state": state,
+            "prompt": str(demo.attrs["language"])}
 
 
 def open_share(policy, obs: dict, samples: int, replan: int) -> float:
@@ -44,16 +44,15 @@ def open_share(policy, obs: dict, samples: int, replan: int) -> float:
 
 def analyse(path: Path, policy, samples: int, replan: int) -> list[dict]:
     frames = []
-    with h5py.File(path, "r") as f:
-        for name in sorted(f["data"], key=lambda n: int(n.rsplit("_", 1)[-1])):
-            demo = f["data"][name]
-            phases = [phase(s.decode() if isinstance(s, bytes) else str(s)) for s in demo["subtasks"][()]]
-            executed = demo["executed_actions"][()][:, GRIPPER_DIM]
-            for t in range(0, len(phases), replan):
-                if phases[t] in PHASES:
-                    frames.append({"demo": name, "step": t, "phase": phases[t],
-                                   "executed_open": bool((executed[t:t + replan] < 0).any()),
-                                   "sample_open_share": round(open_share(policy, recorded_obs(demo, t), samples, replan), 4)})
+    for name in demo_names(path):  # one demo in memory at a time (read_demos: images in policy orientation)
+        (demo,) = read_demos(path, [name])
+        phases = [phase(s) for s in demo.subtasks]
+        executed = demo.executed_actions[:, GRIPPER_DIM]
+        for t in range(0, len(phases), replan):
+            if phases[t] in PHASES:
+                frames.append({"demo": name, "step": t, "phase": phases[t],
+                               "executed_open": bool((executed[t:t + replan] < 0).any()),
+                               "sample_open_share": round(open_share(policy, recorded_obs(demo, t), samples, replan), 4)})
     return frames
 
 
