@@ -10,7 +10,7 @@ import pytest
 
 from oxygen_gym.train.collect import CollectConfig, collect, read_demos
 from oxygen_gym.train.collect.collect_command import parse_range
-from oxygen_gym.train.collect.collector import task_file
+from oxygen_gym.train.collect.collector import ATTEMPTS, task_file
 from oxygen_gym.train.collect.relabel import relabel
 
 
@@ -55,6 +55,14 @@ def test_collect_refuses_a_folder_with_other_settings(tmp_path):
                                                         "init_states": [0]}))
     with pytest.raises(ValueError, match="variants"):
         collect(CollectConfig(), tmp_path, progress=False)
+    # the expert's release and lift rules are settings too: one folder never mixes demonstrators
+    cfg = CollectConfig(init_states=(0,), variants=1, perturb_rate=0.15)
+    (tmp_path / "dataset.json").write_text(json.dumps({"config": {**cfg.to_json(), "lift_speed": 0.3},
+                                                       "init_states": [0]}))
+    # its one episode already attempted: were the check missing, collect would return at once instead of simulating
+    (tmp_path / ATTEMPTS).write_text(json.dumps({"episode": cfg.episodes()[0].name}) + "\n")
+    with pytest.raises(ValueError, match="lift_speed"):
+        collect(cfg, tmp_path, progress=False)
 
 
 @pytest.mark.parametrize("text", ["", "a-b", "-3", "3-"])

@@ -134,3 +134,28 @@ def test_collect_checks_the_release_tolerance():
         CollectConfig(init_states=(), fresh_scenes=(0,), release_xy_m=0.02)
     cfg = CollectConfig(init_states=(), fresh_scenes=(0,), perturb_rate=0.15, release_xy_m=0.025)
     assert cfg.to_json()["release_xy_m"] == 0.025
+
+
+def test_a_lift_speed_caps_only_the_first_centimetres_of_a_lift():
+    from oxygen_gym.envs.state_expert import SLOW_LIFT_UNTIL, cap_first_lift
+
+    lift = phase_action("lift", GRASP, OBJ, TARGET)
+    assert lift[2] == 1.0
+    capped = cap_first_lift(lift, "lift", OBJ[2] + 0.01, OBJ[2], 0.3)
+    assert capped[2] == pytest.approx(0.3) and np.array_equal(np.delete(capped, 2), np.delete(lift, 2))
+    assert lift[2] == 1.0  # the expert's action is not changed in place
+    assert cap_first_lift(lift, "lift", OBJ[2] + SLOW_LIFT_UNTIL + 0.001, OBJ[2], 0.3)[2] == 1.0  # high enough
+    assert cap_first_lift(lift, "lift", OBJ[2] + 0.01, OBJ[2], None)[2] == 1.0  # default: full speed
+    over = phase_action("over", GRASP, OBJ, TARGET)
+    assert np.array_equal(cap_first_lift(over, "over", OBJ[2] + 0.01, OBJ[2], 0.3), over)  # lifts only
+
+
+def test_collect_checks_the_lift_speed():
+    from oxygen_gym.train.collect.collector import CollectConfig
+
+    for bad in (0.0, 1.0, 1.5):
+        with pytest.raises(ValueError, match="--lift-speed must be in"):
+            CollectConfig(init_states=(), fresh_scenes=(0,), perturb_rate=0.15, lift_speed=bad)
+    with pytest.raises(ValueError, match="give --perturb or --dagger"):
+        CollectConfig(init_states=(), fresh_scenes=(0,), lift_speed=0.3)
+    assert CollectConfig(init_states=(), fresh_scenes=(0,), perturb_rate=0.15, lift_speed=0.3).to_json()["lift_speed"] == 0.3

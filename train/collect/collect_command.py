@@ -60,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --perturb or --dagger: the state expert opens once the bowl is within CM of the "
                              "target horizontally at its lowering height (default: its eef within 1.5 cm of the "
                              "lowering waypoint)")
+    parser.add_argument("--lift-speed", type=float, default=None, metavar="FRAC",
+                        help="with --perturb or --dagger: the state expert lifts the grasped bowl's first 5 cm at most "
+                             "this fraction of its full step, so its rim pinch holds (default: full speed)")
     parser.add_argument("--relabel", action="store_true",
                         help="collect nothing: recompute the subtask and memory labels of the demos in --out from "
                              "their recorded sim states (train/collect/relabel.py)")
@@ -91,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
             perturb_rate=args.perturb,
             max_settle_m=None if args.max_settle_cm is None else args.max_settle_cm / 100,
             release_xy_m=None if args.release_xy_cm is None else args.release_xy_cm / 100,
+            lift_speed=args.lift_speed,
         )
         if cfg.variants < 1 or cfg.workers < 1 or cfg.noise_std < 0:
             raise ValueError("--variants and --workers must be >= 1 and --noise-std >= 0")

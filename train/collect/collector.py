@@ -92,6 +92,9 @@ class CollectConfig:
     # the state expert (perturbed demos, DAgger) opens once the held object is within this of the target horizontally,
     # at its lowering height (envs/state_expert.py at_release_point); None: at its lowering waypoint within 1.5 cm
     release_xy_m: float | None = None
+    # the state expert's upward speed (fraction of its full step) over the first 5 cm of a lift, so the rim pinch holds
+    # (envs/state_expert.py cap_first_lift); None: full speed
+    lift_speed: float | None = None
 
     def __post_init__(self) -> None:
         if self.fresh_scenes and self.init_states:
@@ -113,6 +116,11 @@ class CollectConfig:
                 raise ValueError("--release-xy-cm sets the state expert's release; give --perturb or --dagger with it")
             if not 0 < self.release_xy_m < 0.04:  # beyond SubtaskLabeller.OVER_TARGET the expert is not placing yet
                 raise ValueError(f"--release-xy-cm must be in (0, 4), got {self.release_xy_m * 100:g}")
+        if self.lift_speed is not None:
+            if not self.keeps_failures:
+                raise ValueError("--lift-speed sets the state expert's lift; give --perturb or --dagger with it")
+            if not 0 < self.lift_speed < 1:
+                raise ValueError(f"--lift-speed must be in (0, 1) (a fraction of the full step), got {self.lift_speed:g}")
 
     @property
     def keeps_failures(self) -> bool:
@@ -184,13 +192,13 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
     rng = np.random.default_rng(key.noise_seed())
     replan = env.unwrapped.protocol.replan
     if cfg.perturb_rate > 0:
-        expert = StatePickPlaceExpert(sim, cfg.release_xy_m)
+        expert = StatePickPlaceExpert(sim, cfg.release_xy_m, cfg.lift_speed)
         actor = None if key.variant == 0 else PerturbingActor(
             cfg.perturb_rate, replan, cfg.noise_std, rng)
     elif cfg.dagger_checkpoint is None:
         expert, actor = PickPlaceExpert(sim), None
     else:
-        expert = StatePickPlaceExpert(sim, cfg.release_xy_m)
+        expert = StatePickPlaceExpert(sim, cfg.release_xy_m, cfg.lift_speed)
         actor = MixedActor(policy_for(cfg.dagger_checkpoint, cfg.protocol, cfg.dagger_noise_scale), cfg.dagger_beta,
                            replan, rng)
     steps: dict[str, list] = {k: [] for k in ("agentview", "wrist", "ee", "grip", "joints", "act", "exec", "states", "sub", "mem")}
@@ -313,7 +321,7 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
         old = json.loads(manifest.read_text())["config"]
         keep = ("suite", "variants", "noise_std", "protocol", "camera_size", "fast_render", "fast_reset", "max_steps",
                 "dagger_checkpoint", "dagger_beta", "dagger_noise_scale", "perturb_rate", "max_settle_m",
-                "release_xy_m")
+                "release_xy_m", "lift_speed")
         if bool(old.get("fresh_scenes")) != bool(cfg.fresh_scenes):
             raise ValueError(f"--out {out} holds a collection from "
                              f"{'fresh scenes' if old.get('fresh_scenes') else 'official init states'}; use another folder")

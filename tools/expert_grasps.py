@@ -1,0 +1,66 @@
+"""How often does the clean state expert's grasp slip? Runs `StatePickPlaceExpert` alone (no noise) on fresh scenes and
+counts its grasps (runs of the "close" phase: a second one means the first rim pinch slipped or the bowl fell) and its
+opens, with the collection's release and lift settings. Physics only (64 px fast render: the expert reads sim state,
+not images). Prints one JSON line per scene, then a summary. Not in CI.
+
+    python tools/expert_grasps.py --fresh-scenes 0-2,6,11-13,16-18 --lift-speed 0.3
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+
+def run_scene(env, scene: int, release_xy: float | None, lift_speed: float | None) -> dict:
+    from oxygen_gym.envs.state_expert import StatePickPlaceExpert
+    from oxygen_gym.train.collect import EpisodeKey
+
+    seed = EpisodeKey("libero_spatial", 0, None, 0, scene=scene).scene_seed()  # the collection's scene for that key
+    obs, _ = env.reset(seed=7, options={"scene_seed": seed})
+    expert = StatePickPlaceExpert(env.unwrapped.libero_env.env, release_xy, lift_speed)
+    phases, grips, done, start = [], [], False, time.time()
+    while not done:
+        action = expert(obs["state"])
+        phases.append(expert.phase)
+        grips.append(float(action[6]))
+        obs, _, terminated, truncated, info = env.step(action)
+        done = terminated or truncated
+    runs = [p for i, p in enumerate(phases) if i == 0 or p != phases[i - 1]]
+    grip = np.array(grips)
+    return {"scene": scene, "success": bool(info["is_success"]), "steps": len(phases), "grasps": runs.count("close"),
+            "opens": int(np.sum((grip[:-1] > 0) & (grip[1:] < 0))), "seconds": round(time.time() - start, 1)}
+
+
+def main() -> None:
+    from oxygen_gym.train.collect.collect_command import parse_range
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fresh-scenes", required=True, help="e.g. 0-2,6,11-13")
+    parser.add_argument("--release-xy-cm", type=float, default=None, metavar="CM")
+    parser.add_argument("--lift-speed", type=float, default=None, metavar="FRAC")
+    args = parser.parse_args()
+    scenes = [s for part in args.fresh_scenes.split(",") for s in parse_range(part, "--fresh-scenes")]
+    import gymnasium as gym
+
+    import oxygen_gym.envs  # noqa: F401
+
+    env = gym.make("oxygen_gym/LIBERO-v0", suite="libero_spatial", task_id=0, camera_size=64, fast_render=True,
+                   fast_reset=True)
+    rows = []
+    try:
+        for scene in scenes:
+            rows.append(run_scene(env, scene, None if args.release_xy_cm is None else args.release_xy_cm / 100,
+                                  args.lift_speed))
+            print(json.dumps(rows[-1]), flush=True)
+    finally:
+        env.close()
+    print(json.dumps({"scenes": len(rows), "succeeded": sum(r["success"] for r in rows),
+                      "regrasped": sum(r["grasps"] > 1 for r in rows), "mean_steps": float(np.mean([r["steps"] for r in rows])),
+                      "release_xy_cm": args.release_xy_cm, "lift_speed": args.lift_speed}))
+
+
+if __name__ == "__main__":
+    main()
