@@ -116,7 +116,7 @@ def test_a_release_tolerance_lets_go_of_a_bowl_off_the_plates_centre_at_the_lowe
     """`release_xy`: the bowl within that of the plate horizontally and the eef at its lowering height open the
     gripper; the default waits for the eef at its waypoint within 1.5 cm, and neither opens high above the plate."""
     off = TARGET + [0.02, 0.0, 0.06]  # the held bowl 2 cm off the plate's centre
-    low = off + BOWL_RIM + [0.0, 0.0, 0.0]  # eef at the lowering height above it
+    low = off + BOWL_RIM  # eef at the lowering height above it
     assert state_phase(low, SHUT, off, TARGET, rest_z=OBJ[2], closing_steps=50) == "lower"
     assert state_phase(low, SHUT, off, TARGET, rest_z=OBJ[2], closing_steps=50, release_xy=0.025) == "release"
     assert state_phase(low, SHUT, off, TARGET, rest_z=OBJ[2], closing_steps=50, release_xy=0.015) == "lower"

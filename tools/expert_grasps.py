@@ -19,7 +19,7 @@ def run_scene(env, scene: int, release_xy: float | None, lift_speed: float | Non
     from oxygen_gym.train.collect import EpisodeKey
 
     seed = EpisodeKey("libero_spatial", 0, None, 0, scene=scene).scene_seed()  # the collection's scene for that key
-    obs, _ = env.reset(seed=7, options={"scene_seed": seed})
+    obs, _ = env.reset(seed=env.unwrapped.protocol.seed, options={"scene_seed": seed})  # as collect resets
     expert = StatePickPlaceExpert(env.unwrapped.libero_env.env, release_xy, lift_speed)
     phases, grips, done, start = [], [], False, time.time()
     while not done:

@@ -111,16 +111,14 @@ class CollectConfig:
                 raise ValueError("--max-settle-cm filters fresh scenes; give --fresh-scenes with it")
             if not self.max_settle_m > 0:
                 raise ValueError(f"--max-settle-cm must be > 0, got {self.max_settle_m * 100:g}")
-        if self.release_xy_m is not None:
-            if not self.keeps_failures:
-                raise ValueError("--release-xy-cm sets the state expert's release; give --perturb or --dagger with it")
-            if not 0 < self.release_xy_m < 0.04:  # beyond SubtaskLabeller.OVER_TARGET the expert is not placing yet
-                raise ValueError(f"--release-xy-cm must be in (0, 4), got {self.release_xy_m * 100:g}")
-        if self.lift_speed is not None:
-            if not self.keeps_failures:
-                raise ValueError("--lift-speed sets the state expert's lift; give --perturb or --dagger with it")
-            if not 0 < self.lift_speed < 1:
-                raise ValueError(f"--lift-speed must be in (0, 1) (a fraction of the full step), got {self.lift_speed:g}")
+        expert_flags = [flag for flag, value in (("--release-xy-cm", self.release_xy_m), ("--lift-speed", self.lift_speed))
+                        if value is not None]
+        if expert_flags and not self.keeps_failures:
+            raise ValueError(f"{' and '.join(expert_flags)} set the state expert; give --perturb or --dagger with it")
+        if self.release_xy_m is not None and not 0 < self.release_xy_m < 0.04:  # beyond OVER_TARGET: not placing yet
+            raise ValueError(f"--release-xy-cm must be in (0, 4), got {self.release_xy_m * 100:g}")
+        if self.lift_speed is not None and not 0 < self.lift_speed < 1:
+            raise ValueError(f"--lift-speed must be in (0, 1) (a fraction of the full step), got {self.lift_speed:g}")
 
     @property
     def keeps_failures(self) -> bool:
