@@ -155,4 +155,4 @@ def test_a_dagger_rollout_stores_the_state_experts_label_of_every_state_it_visit
     assert 0 < demo.attrs["policy_steps"] < len(demo) and demo.attrs["dagger_beta"] == 0.5
     differs = np.abs(demo.executed_actions - demo.actions).max(axis=1) > 1e-6
     assert differs.sum() >= demo.attrs["policy_steps"] - 1  # the policy's steps ran its own actions
-    assert_replay_labels_match(demo, camera_size=64, max_steps=25)
+    assert_replay_labels_match(task_file(tmp_path, "libero_spatial", 0), demo)

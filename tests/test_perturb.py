@@ -85,4 +85,4 @@ def test_a_perturbed_demo_stores_the_state_experts_label_of_every_state_it_visit
     assert perturbed.attrs["perturbations"] >= 1 and perturbed.attrs["perturb_rate"] == 0.9
     pushed = np.abs(perturbed.executed_actions[:, :3] - perturbed.actions[:, :3]).max(axis=1) > 1e-6
     assert pushed.sum() >= perturbed.attrs["perturbed_steps"]
-    assert_replay_labels_match(perturbed, camera_size=64, max_steps=30)
+    assert_replay_labels_match(task_file(tmp_path, "libero_spatial", 0), perturbed)
