@@ -179,5 +179,12 @@ def test_open_loop_command_scores_a_checkpoint_on_chosen_scenes(tmp_path, capsys
                  "--rows", "0", "--threads", "1", "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["demos"] == 2 and result["rows"] == 24 and 0 < result["mse_exec"] and 0 <= result["gripper_agree"] <= 1
+    # every scene may be scored (only training refuses to hold them all out), and a scene the data lacks names --scenes
+    assert main(["train", "open-loop", "--checkpoint", str(folder), "--data", str(data), "--scenes", "0-2",
+                 "--rows", "0", "--threads", "1", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["demos"] == 3
+    capsys.readouterr()
+    assert main(["train", "open-loop", "--checkpoint", str(folder), "--data", str(data), "--scenes", "1,7"]) == 2
+    assert "--scenes: scenes [7] are not in the data" in capsys.readouterr().out
     assert main(["train", "open-loop", "--checkpoint", str(tmp_path / "nowhere"), "--data", str(data)]) == 2
     assert "--checkpoint" in capsys.readouterr().out

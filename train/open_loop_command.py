@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from .dataset import DemoDataset, load_demos
     from .open_loop import fixed_rows, open_loop_metrics
     from .trainer import NARRATE_PROMPT
-    from .validation_split import split_by_scene
+    from .validation_split import select_scenes
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--checkpoint {folder}: holds no normalisation statistics")
         demos = load_demos(args.data)
         if args.scenes:
-            _, demos = split_by_scene(demos, parse_range(args.scenes, "--scenes"))
+            demos = select_scenes(demos, parse_range(args.scenes, "--scenes"), "--scenes")
         model = load_pretrained(folder, device="cpu", dtype=torch.float32)
         tokenizer = tokenizer_for(model.config.vocab_size, str(folder))
         dataset = DemoDataset(demos, model.config, tokenizer, NARRATE_PROMPT, stats)
