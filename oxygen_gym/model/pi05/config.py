@@ -175,9 +175,9 @@ BUILTIN["multi-small"] = PI05Config(
 BUILTIN["compact-128"] = replace(BUILTIN["compact"], vision=replace(BUILTIN["compact"].vision, image_size=128))
 
 # `compact` half again as wide in the backbone and the action expert (backbone 192 / MLP 576, expert 96 / MLP 288;
-# 2.88 M parameters, ~1.5x the training step): the shipped model's open-loop error on its own training frames stays
-# near its validation error (0.061 against 0.086, docs/libero-spatial.md), a sign of too little capacity rather than
-# too little data. Same vision tower and token layout as `compact`.
+# 2.88 M parameters): the shipped model's open-loop error on its own training frames stays near its validation error
+# (0.063 against 0.086), a sign of too little capacity rather than too little data. Same vision tower and token layout
+# as `compact`. Trained on the shipped data it is no better (docs/libero-spatial.md, "A wider model").
 BUILTIN["compact-wide"] = replace(
     BUILTIN["compact"],
     vlm=replace(BUILTIN["compact"].vlm, width=192, mlp_dim=576),
