@@ -62,9 +62,31 @@ def build_builtin(name: str, robot: RobotSpec, device, dtype, overrides, seed: i
         cfg = PI05Config(**{**cfg.to_dict(), "discrete_state": bool(o.discrete_state)})
     slots = map_cameras(robot, cfg.image_slots, o.camera_map)[0] if o.camera_map is not None else None
     stats = _stats(Path("."), "ours", o.norm_stats, None)[0] if o.norm_stats is not None else None
-    tok = find_tokenizer(cfg.vocab_size, None, o.tokenizer)[0]
+    tok = _builtin_tokenizer(cfg.vocab_size, o.tokenizer)
     model = build_model(cfg, seed=seed, device=device, dtype=dtype)
     return model, tok, dict(norm_stats=stats, camera_slots=slots, image_resize=o.image_resize or "pil")
+
+
+def _builtin_tokenizer(vocab_size: int, requested):
+    """The tokenizer of a random-weight built-in: the one asked for, else the one matching its vocabulary, else (a
+    PaliGemma-vocab model such as `pi05` where no PaliGemma tokenizer is installed) the built-in one, whose ids fit any
+    vocabulary: random weights decode no meaningful text, so the choice only sets how prompts split into tokens (ids
+    past its pieces decode as `<id N>`: model/tokenizer.py, StandInTokenizer)."""
+    import warnings
+
+    from oxygen_gym.model.tokenizer import StandInTokenizer, TokenizerNotFoundError, find_tokenizer
+
+    if requested is not None:
+        return find_tokenizer(vocab_size, None, requested)[0]
+    try:
+        return find_tokenizer(vocab_size)[0]
+    except TokenizerNotFoundError:
+        tok = StandInTokenizer(vocab_size)
+        if tok.vocab_size > vocab_size:
+            raise
+        warnings.warn(f"random-weight built-in of vocab {vocab_size}: no PaliGemma tokenizer installed, so prompts are "
+                      f"split by the built-in tokenizer (vocab {tok.vocab_size}); pass --tokenizer for PaliGemma's")
+        return tok
 
 
 def _builtin_names() -> tuple[str, ...]:

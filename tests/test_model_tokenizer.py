@@ -122,3 +122,48 @@ def test_image_resize_with_pad_keeps_aspect_and_pads_black():
 def test_bad_images_are_value_errors(bad):
     with pytest.raises(ValueError, match="image must"):
         preprocess_image(bad)
+
+
+def test_random_pi05_builtin_falls_back_to_the_builtin_tokenizer_only_when_none_is_installed(tmp_path, monkeypatch):
+    """`from_pretrained("pi05")` (random weights, the GPU bench's model) must build on a machine with no PaliGemma
+    tokenizer; one that is installed, or one asked for, still wins."""
+    from huggingface_hub import constants
+
+    from policies.pi05_io import _builtin_tokenizer
+
+    monkeypatch.delenv("OXYGEN_GYM_TOKENIZER", raising=False)
+    monkeypatch.setenv("OPENPI_DATA_HOME", str(tmp_path / "openpi"))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
+    for vocab in (257152, 2048):
+        with pytest.warns(UserWarning, match="no PaliGemma tokenizer installed"):
+            assert _builtin_tokenizer(vocab, None).name == "builtin"
+    installed = tmp_path / "openpi" / "big_vision" / "paligemma_tokenizer.model"
+    installed.parent.mkdir(parents=True)
+    installed.write_bytes(builtin_tokenizer().path.read_bytes())  # 1024 pieces: fits 2048, not PaliGemma's vocab
+    assert _builtin_tokenizer(2048, None).name != "builtin"
+    with pytest.raises(ValueError, match="PaliGemma's vocabulary"):
+        _builtin_tokenizer(257152, None)  # an installed tokenizer of the wrong vocabulary is an error, not a fallback
+    with pytest.raises(TokenizerNotFoundError, match="no SentencePiece model"):
+        _builtin_tokenizer(257152, tmp_path / "missing.model")
+
+
+def test_stand_in_tokenizer_lets_a_larger_vocab_random_model_narrate():
+    """A random `pi05` built-in without PaliGemma's tokenizer samples ids past the built-in 1024 pieces; its language
+    (a server's replies) must decode them, not fail (seen on an H200: every `bench serve --model pi05` call failed)."""
+    from dataclasses import replace
+
+    from oxygen_gym import LanguageTask, MultiTaskPolicy
+    from oxygen_gym.model.pi05.config import PI05Config
+    from oxygen_gym.model.pi05.init import build_model
+    from oxygen_gym.model.tokenizer import StandInTokenizer
+    from policy_obs import make_obs
+
+    tok = StandInTokenizer(4096)
+    assert tok.decode([5, 6]) == builtin_tokenizer().decode([5, 6]) and tok.decode([3000]) == "<id 3000>"
+    assert tok.decode([5, 3000, 6]) == builtin_tokenizer().decode([5]) + "<id 3000>" + builtin_tokenizer().decode([6])
+    model = build_model(replace(PI05Config.named("tiny"), vocab_size=4096), seed=0)
+    task = LanguageTask("narrate", "Describe what the robot is doing.", max_new_tokens=6)
+    rng = np.random.default_rng(0)
+    with MultiTaskPolicy(model, tok, robot="libero", tasks=[task], num_steps=2, num_slots=4) as policy:
+        texts = [u.text for _ in range(3) for u in policy.act(make_obs("libero", rng))[1]]
+    assert any("<id " in t for t in texts), texts

@@ -75,6 +75,33 @@ def builtin_tokenizer() -> SentencePieceTokenizer:
         return SentencePieceTokenizer(file, name="builtin")
 
 
+class StandInTokenizer(SentencePieceTokenizer):
+    """The built-in tokenizer standing in for a random-weight model of a larger vocabulary (a `pi05` built-in where no
+    PaliGemma tokenizer is installed). Random weights sample ids past its 1024 pieces; those decode as `<id N>` instead
+    of failing, so language decoding (a server's replies, narration) runs end to end."""
+
+    def __init__(self, model_vocab: int) -> None:
+        path = resources.files("oxygen_gym") / "assets" / BUILTIN_TOKENIZER_FILE
+        with resources.as_file(path) as file:
+            super().__init__(file, name="builtin")
+        self.model_vocab = int(model_vocab)
+
+    def decode(self, ids) -> str:
+        out, run = [], []
+        for i in (int(i) for i in ids):
+            if i < self.vocab_size:
+                run.append(i)
+                continue
+            out.append(self._sp.decode(run))
+            out.append(f"<id {i}>")
+            run = []
+        out.append(self._sp.decode(run))
+        return "".join(out)
+
+    def piece(self, token_id: int) -> str:
+        return super().piece(token_id) if int(token_id) < self.vocab_size else f"<id {int(token_id)}>"
+
+
 def paligemma_tokenizer(path: str | Path) -> SentencePieceTokenizer:
     """PaliGemma's SentencePiece model from a file or from a checkpoint folder holding `paligemma_tokenizer.model`."""
     path = Path(path)
