@@ -88,6 +88,9 @@ def markdown(results: dict) -> str:
         "stage columns are mean ms per frame (parallel: summed over both workers).",
         "",
     ]
+    unmeasured = [p for p in results["points"] if p.get("energy_note")]
+    if unmeasured:
+        lines += [f"Energy of {len(unmeasured)} point(s) {unmeasured[0]['energy_note']}.", ""]
     if experts:
         lines += expert_table(results["points"])
     targets = results.get("targets") or []

@@ -71,7 +71,11 @@ def point_metrics(
         request_latency_ms_p99=_pct(latencies, 99) if len(latencies) else None,
     )
     energy = [r.energy_j for r in measured if r.energy_j is not None]
-    if energy:
+    if energy and not any(energy):
+        # NVML's counter ticks at its own period: frames that all fall between two ticks read 0 J, which is no reading.
+        out["energy_note"] = (f"not measured: the NVML energy counter did not advance during any of the {len(energy)} "
+                              f"measured frames ({total_s * 1e3:.1f} ms in all; its update period is longer)")
+    elif energy:
         joules = float(sum(energy))
         out["energy_j"] = joules
         out["avg_power_w"] = joules / total_s if total_s > 0 else None
