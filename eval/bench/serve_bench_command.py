@@ -216,9 +216,14 @@ def run(args: argparse.Namespace) -> int:
     servers = {}
     try:
         for m in MODES:
-            servers[m] = start_server(m, _server_args(args, m), threads=args.threads, max_seconds=args.max_seconds + 600)
+            servers[m] = start_server(m, _server_args(args, m), threads=args.threads, max_seconds=args.max_seconds + 600,
+                                      log_file=args.out / f"server-{m}.log")
         print(HEAD, flush=True)
-        points = asyncio.run(_measure(args, servers, started + args.max_seconds))
+        try:
+            points = asyncio.run(_measure(args, servers, started + args.max_seconds))
+        except RuntimeError as e:
+            logs = ", ".join(str(s.log_file) for s in servers.values())
+            raise RuntimeError(f"{e}\nthe servers' logs (an internal error's details under its id): {logs}") from e
     finally:
         for s in servers.values():
             s.stop()

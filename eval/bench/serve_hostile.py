@@ -412,7 +412,8 @@ def run(args: argparse.Namespace) -> int:
     phases: list = []
     server_info: dict = {"rss_mb_after_phase": []}
     per_round = max(1, -(-args.calls // args.rounds))
-    server = start_server("hostile", srv_args, threads=args.threads, max_seconds=args.max_seconds + 600)
+    server = start_server("hostile", srv_args, threads=args.threads, max_seconds=args.max_seconds + 600,
+                          log_file=args.out / "server-hostile.log")
 
     def write() -> dict:
         config["load_after"] = [round(x, 2) for x in os.getloadavg()]

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -27,6 +28,7 @@ class ServerProcess:
     proc: subprocess.Popen
     port: int
     log: list[str] = field(default_factory=list)
+    log_file: Path | None = None  # the server's whole output, kept (an internal error's details are only there)
 
     @property
     def uri(self) -> str:
@@ -42,8 +44,10 @@ class ServerProcess:
                 self.proc.wait(timeout=30)
 
 
-def start_server(name: str, args: list[str], *, threads: int, max_seconds: float, startup_s: float = 600) -> ServerProcess:
-    """`oxygen-gym serve ARGS --port 0` in a subprocess with `threads` torch threads; waits for its port."""
+def start_server(name: str, args: list[str], *, threads: int, max_seconds: float, startup_s: float = 600,
+                 log_file: Path | None = None) -> ServerProcess:
+    """`oxygen-gym serve ARGS --port 0` in a subprocess with `threads` torch threads; waits for its port. With
+    `log_file`, everything the server prints is written there as it comes; otherwise it is read and dropped."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
     cmd = [sys.executable, "-m", "oxygen_gym.cli", "serve", *args, "--host", "127.0.0.1", "--port", "0",
            "--threads", str(threads), "--max-seconds", str(max_seconds)]
@@ -57,19 +61,26 @@ def start_server(name: str, args: list[str], *, threads: int, max_seconds: float
         lines.append(line.rstrip())
         m = LISTENING.search(line)
         if m:
-            _drain(proc)
-            return ServerProcess(name, proc, int(m.group(1)), lines)
+            _drain(proc, log_file, lines)
+            return ServerProcess(name, proc, int(m.group(1)), lines, log_file)
     proc.kill()
     raise RuntimeError(f"server {name} did not start:\n" + "\n".join(lines[-30:]))
 
 
-def _drain(proc: subprocess.Popen) -> None:
-    """Keep reading the server's log so its pipe never fills."""
+def _drain(proc: subprocess.Popen, log_file: Path | None, startup_lines: list[str]) -> None:
+    """Keep reading the server's log so its pipe never fills, into `log_file` when given (start-up lines first)."""
     import threading
 
     def run() -> None:
-        for _ in proc.stdout:
-            pass
+        if log_file is None:
+            for _ in proc.stdout:
+                pass
+            return
+        with open(log_file, "w") as f:
+            f.write("".join(line + "\n" for line in startup_lines))
+            for line in proc.stdout:
+                f.write(line)
+                f.flush()
 
     threading.Thread(target=run, daemon=True).start()
 
