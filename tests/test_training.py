@@ -93,6 +93,29 @@ def test_losses_are_finite_reproducible_and_train_both_experts():
         assert grad is not None and float(grad.abs().sum()) > 0, name
 
 
+def test_action_dim_weights_are_a_weighted_mean_over_the_real_entries():
+    """Weights of one are the plain loss; a one-hot weight on the gripper dim is the loss of a batch whose mask keeps
+    only that dim; `--gripper-weight` puts its weight there (train/trainer.py `gripper_weights`)."""
+    from dataclasses import replace
+
+    from oxygen_gym.train.trainer import gripper_weights
+
+    model = _model()
+    batch = _batch(model, seed=6)
+    gen = lambda: torch.Generator().manual_seed(0)  # noqa: E731 - the same noise and flow times each call
+    plain = losses(model, batch, gen())["action"]
+    assert torch.equal(losses(model, batch, gen(), action_dim_weights=torch.ones(model.config.action_dim))["action"], plain)
+    one_hot = torch.zeros(model.config.action_dim)
+    one_hot[6] = 1.0
+    only_gripper = torch.zeros_like(batch.action_loss_mask)
+    only_gripper[..., 6] = True
+    masked = losses(model, replace(batch, action_loss_mask=only_gripper), gen())["action"]
+    assert torch.allclose(losses(model, batch, gen(), action_dim_weights=one_hot)["action"], masked, rtol=1e-6)
+    assert not torch.allclose(masked, plain, rtol=1e-3)
+    w = gripper_weights(model.config.action_dim, 5.0)
+    assert gripper_weights(32, 1.0) is None and float(w[6]) == 5.0 and float(w.sum()) == model.config.action_dim + 4
+
+
 def test_flow_time_follows_beta_1p5_1():
     t = sample_time(200_000, torch.Generator().manual_seed(0))
     assert float(t.min()) >= 0.001 and float(t.max()) <= 1.0

@@ -36,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-chunk-cut", dest="cut_chunks", action="store_false", default=None,
                         help="keep every chunk label as a target, even past a step whose executed gripper command "
                              "disagrees with the expert's or where the object was lost (default: cut there)")
+    parser.add_argument("--gripper-weight", type=float, default=None,
+                        help="weight of the gripper dim in the flow-matching loss, against 1 for each other dim "
+                             "(default 1: a plain mean; > 1 puts more of the loss on when to open and close)")
     parser.add_argument("--no-snapshots", dest="snapshots", action="store_false", default=None,
                         help="do not keep every checkpoint's model under OUT/snapshots/")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")

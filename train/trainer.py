@@ -64,8 +64,11 @@ class TrainConfig:
     snapshots: bool = True  # keep every checkpoint's exported model under snapshots/step_N, to choose one later
     data_mix: tuple[float, ...] = ()  # share of each batch per --data collection (data_mix.py); () = uniform rows
     cut_chunks: bool = True  # drop chunk labels past a gripper disagreement or a lost object (chunk_cut.py)
+    gripper_weight: float = 1.0  # weight of the gripper dim in the action loss (training.py `losses`; 1 = plain mean)
 
     def __post_init__(self) -> None:
+        if not self.gripper_weight > 0:
+            raise ValueError(f"--gripper-weight must be > 0, got {self.gripper_weight}")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ValueError(f"--ema-decay must be in [0, 1), got {self.ema_decay}")
         if not 0.0 <= self.color_jitter < 1.0:
@@ -84,10 +87,23 @@ class TrainConfig:
                 d.pop(k)  # runs from before the option resume unchanged
         if not d["cut_chunks"]:
             d.pop("cut_chunks")  # runs from before the option (every label kept) resume with --no-chunk-cut
+        if d["gripper_weight"] == 1.0:
+            d.pop("gripper_weight")  # runs from before the option resume unchanged
         for k in ("val_scenes", "data_mix"):
             if k in d:
                 d[k] = list(d[k])
         return d
+
+
+def gripper_weights(action_dim: int, weight: float) -> torch.Tensor | None:
+    """Per-dim action-loss weights with LIBERO's gripper dim (open_loop.GRIPPER_DIM) at `weight`; None at 1."""
+    from .open_loop import GRIPPER_DIM
+
+    if weight == 1.0:
+        return None
+    w = torch.ones(action_dim)
+    w[GRIPPER_DIM] = weight
+    return w
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -213,6 +229,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         monitor.record(weights, step, folder)
         plot_losses(out / LOG_FILE, out / "loss.png")
 
+    dim_weights = gripper_weights(model.config.action_dim, cfg.gripper_weight)
     bar = tqdm(total=cfg.steps, initial=step, desc="train", unit="step", disable=not progress, dynamic_ncols=True)
     with open(out / LOG_FILE, "a") as log:
         while step < cfg.steps:
@@ -221,7 +238,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
                 group["lr"] = lr_at(step, cfg)
             index = sampler.draw(cfg.batch_size, gen)
             batch = dataset.batch(index, gen, cfg.shift, cfg.color_jitter).to(cfg.device)
-            out_losses = losses(model, batch, gen, cfg.language_weight, cfg.rtc_max_delay)
+            out_losses = losses(model, batch, gen, cfg.language_weight, cfg.rtc_max_delay, dim_weights)
             opt.zero_grad(set_to_none=True)
             out_losses["loss"].backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

@@ -123,11 +123,12 @@ def forward(
 
 def losses(
     model: PI05Model, batch: TrainBatch, generator: torch.Generator | None = None, language_weight: float = 1.0,
-    rtc_max_delay: int = 0,
+    rtc_max_delay: int = 0, action_dim_weights: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """`action` (flow-matching MSE over the real entries), `language` (mean token cross-entropy over the targets),
     and `loss` = action + language_weight * language. `rtc_max_delay` > 0: training-time RTC, each row's first d
-    actions (d from `rtc_delays`) given clean at flow time 0 and left out of the action loss."""
+    actions (d from `rtc_delays`) given clean at flow time 0 and left out of the action loss. `action_dim_weights`
+    (one per action dim): a weighted mean over the real entries instead, e.g. to weigh the gripper's sign up."""
     b, horizon = batch.actions.shape[:2]
     noise = torch.randn(batch.actions.shape, generator=generator).to(batch.actions.device)
     t = sample_time(b, generator, batch.actions.device)
@@ -140,6 +141,8 @@ def losses(
     velocity, logits = forward(model, batch, noise, t, frozen)
     target = noise - batch.actions
     m = mask.float()
+    if action_dim_weights is not None:
+        m = m * action_dim_weights.to(m.device, m.dtype)
     action = ((velocity - target).pow(2) * m).sum() / m.sum().clamp(min=1)
     tm = batch.text_loss_mask[:, 1:]
     if bool(tm.any()):
