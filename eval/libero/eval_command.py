@@ -73,6 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--noise-scale", type=float, default=1.0,
                    help="scale of the action heads' starting noise (1 = the reference sampler, 0 = deterministic; "
                         "policies/action_noise.py)")
+    g.add_argument("--replan", type=int, default=None, metavar="N",
+                   help="actions of each chunk executed per policy call (openpi's replan_steps; default: the "
+                        "protocol's, 5 for openpi, the whole chunk for lerobot)")
     g.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
     g.add_argument("--dtype", default=None, choices=DTYPES,
                    help="model dtype (default: float32 on CPU, bfloat16 on CUDA)")
@@ -146,7 +149,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         episodes=episodes, init_states=parse_init_states(args.init_states), fresh_scenes=fresh_scenes, seeds=seeds, shard=parse_shard(args.shard), device=args.device,
         video=parse_video(args.video), render_every_step=args.render_every_step, out=str(args.out or "runs/eval"),
         fast_reset=args.fast_reset, live=args.live, execution=args.execution, handover=args.handover,
-        queue_threshold=args.queue_threshold, noise_scale=args.noise_scale,
+        queue_threshold=args.queue_threshold, noise_scale=args.noise_scale, replan=args.replan,
         **ConventionOverrides.from_args(args).as_kwargs(CONVENTION_FIELDS),
     )
 

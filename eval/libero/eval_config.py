@@ -27,11 +27,11 @@ CONVENTION_FIELDS = tuple(n for n in ConventionOverrides.names()
 # The tokenizer is a path on this machine, not result-deciding: the other conventions are.
 RESULT_FIELDS = ("checkpoint", "robot", "mode", "decode_budget", "target_action_hz", "language_tasks", "protocol",
                  "max_steps", "fast_render", "dtype", "fast_reset", *(n for n in CONVENTION_FIELDS if n != "tokenizer"),
-                 "noise_scale", "live", "execution", "handover", "queue_threshold")
+                 "noise_scale", "replan", "live", "execution", "handover", "queue_threshold")
 # A folder written before live control has none of the live fields: they compare equal to a run without --live.
 LIVE_DEFAULTS = {"live": None, "execution": None, "handover": None, "queue_threshold": None}
 # Every result field a folder written before it existed lacks, with the value such a run had.
-ABSENT_DEFAULTS = {**LIVE_DEFAULTS, "noise_scale": 1.0}
+ABSENT_DEFAULTS = {**LIVE_DEFAULTS, "noise_scale": 1.0, "replan": None}
 
 
 @dataclass
@@ -57,6 +57,8 @@ class EvalConfig:
     family: str | None = None
     tokenizer: str | None = None  # a path on this machine: not result-deciding
     noise_scale: float = 1.0  # the action heads' starting noise (policies/action_noise.py; 1 = reference sampler)
+    # actions of each chunk executed per policy call (openpi's client `replan_steps`); None: the protocol's
+    replan: int | None = None
     # live control (None: today's synchronous loop, the sim waits for the policy)
     live: str | None = None  # measured | fixed:MS | model:FILE[@POINT]
     execution: str | None = None  # with live: sync (default), async, rtc
@@ -175,6 +177,8 @@ def validate(cfg: EvalConfig) -> None:
     from oxygen_gym.policies.action_noise import check_noise_scale
 
     cfg.noise_scale = check_noise_scale(cfg.noise_scale, "--noise-scale")
+    if cfg.replan is not None and (isinstance(cfg.replan, bool) or not isinstance(cfg.replan, int) or cfg.replan < 1):
+        raise ValueError(f"--replan: {cfg.replan!r}; expected actions executed per policy call (int >= 1)")
     validate_live(cfg)
 
 

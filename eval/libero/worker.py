@@ -82,9 +82,12 @@ class EpisodeWorker:
         return self.config.overrides().as_kwargs()
 
     def replan(self) -> int:
-        """Actions executed per policy call: the openpi client's replan_steps, or (lerobot) all the policy returns."""
+        """Actions executed per policy call: --replan, else the openpi client's replan_steps, or (lerobot) all the
+        policy returns."""
         from oxygen_gym.envs.protocols import get_libero_protocol
 
+        if self.config.replan is not None:
+            return self.config.replan
         protocol = get_libero_protocol(self.config.protocol)
         return int(self.policy.horizon) if protocol.replan_from_policy else protocol.replan
 

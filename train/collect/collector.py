@@ -95,6 +95,9 @@ class CollectConfig:
     # the state expert's upward speed (fraction of its full step) over the first 5 cm of a lift, so the rim pinch holds
     # (envs/state_expert.py cap_first_lift); None: full speed
     lift_speed: float | None = None
+    # actions of each chunk executed before the driving policy (DAgger) or the perturbation schedule is asked again;
+    # None: the protocol's (openpi: 5), so rollouts match the eval they feed or stand in for
+    replan: int | None = None
 
     def __post_init__(self) -> None:
         if self.fresh_scenes and self.init_states:
@@ -119,6 +122,18 @@ class CollectConfig:
             raise ValueError(f"--release-xy-cm must be in (0, 4), got {self.release_xy_m * 100:g}")
         if self.lift_speed is not None and not 0 < self.lift_speed < 1:
             raise ValueError(f"--lift-speed must be in (0, 1) (a fraction of the full step), got {self.lift_speed:g}")
+        if self.replan is not None:
+            if not self.keeps_failures:
+                raise ValueError("--replan sets how much of each chunk the driver executes; give --perturb or --dagger "
+                                 "with it")
+            if not isinstance(self.replan, int) or self.replan < 1:
+                raise ValueError(f"--replan must be an integer >= 1, got {self.replan!r}")
+
+    def executed_per_chunk(self) -> int:
+        """Actions of each chunk run before the driver is asked again: `replan`, else the protocol's."""
+        from oxygen_gym.envs.protocols import get_libero_protocol
+
+        return get_libero_protocol(self.protocol).replan if self.replan is None else self.replan
 
     @property
     def keeps_failures(self) -> bool:
@@ -188,7 +203,7 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
                            "rejected": rejected, "seconds": 0.0}
     labeller, memory = SubtaskLabeller(sim), MemoryLabeller(sim)
     rng = np.random.default_rng(key.noise_seed())
-    replan = env.unwrapped.protocol.replan
+    replan = cfg.executed_per_chunk()
     if cfg.perturb_rate > 0:
         expert = StatePickPlaceExpert(sim, cfg.release_xy_m, cfg.lift_speed)
         actor = None if key.variant == 0 else PerturbingActor(
@@ -228,10 +243,10 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
     extra = {}
     if isinstance(actor, MixedActor):
         extra = {"dagger_beta": cfg.dagger_beta, "dagger_noise_scale": cfg.dagger_noise_scale,
-                 "policy_steps": actor.policy_steps}
+                 "policy_steps": actor.policy_steps, "replan": replan}
     elif isinstance(actor, PerturbingActor):
         extra = {"perturb_rate": cfg.perturb_rate, "perturbations": actor.perturbations,
-                 "perturbed_steps": actor.perturbed_steps}
+                 "perturbed_steps": actor.perturbed_steps, "replan": replan}
     record.update(extra)
     if not info["is_success"] and not cfg.keeps_failures:
         return key, None, record
@@ -319,7 +334,7 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
         old = json.loads(manifest.read_text())["config"]
         keep = ("suite", "variants", "noise_std", "protocol", "camera_size", "fast_render", "fast_reset", "max_steps",
                 "dagger_checkpoint", "dagger_beta", "dagger_noise_scale", "perturb_rate", "max_settle_m",
-                "release_xy_m", "lift_speed")
+                "release_xy_m", "lift_speed", "replan")
         if bool(old.get("fresh_scenes")) != bool(cfg.fresh_scenes):
             raise ValueError(f"--out {out} holds a collection from "
                              f"{'fresh scenes' if old.get('fresh_scenes') else 'official init states'}; use another folder")

@@ -52,6 +52,9 @@ class MixedActor:
                 self.queue = [None] * self.replan
             else:
                 actions, _ = self.policy.act(obs)
+                if len(actions) < self.replan:
+                    raise ValueError(f"the driving policy returned {len(actions)} actions but --replan is "
+                                     f"{self.replan}; lower --replan")
                 self.queue = [np.asarray(a, np.float32) for a in np.asarray(actions)[: self.replan]]
         action = self.queue.pop(0)
         if action is None:
