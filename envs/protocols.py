@@ -84,6 +84,13 @@ LIBERO_PROTOCOLS: Mapping[str, LiberoProtocol] = MappingProxyType({
 })
 
 
+def check_replan(value: object) -> int:
+    """A `--replan` override (eval and collection): actions of each chunk executed per policy call, an int >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"--replan must be an integer >= 1 (actions executed per policy call), got {value!r}")
+    return value
+
+
 def get_libero_protocol(protocol: str | LiberoProtocol) -> LiberoProtocol:
     """Resolve a preset name (or pass a custom LiberoProtocol through)."""
     if isinstance(protocol, LiberoProtocol):

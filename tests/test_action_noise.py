@@ -3,7 +3,6 @@ sampler bit for bit, 0 one deterministic chunk per observation whatever the seed
 open-loop check (`--noise-scale`) take the same setting, and a results folder from before the flag resumes as a run at 1."""
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
@@ -67,9 +66,9 @@ def test_scale_zero_gives_one_chunk_per_observation_whatever_the_seed():
 def test_eval_takes_the_scale_and_an_older_folder_resumes_as_scale_one(tmp_path):
     from oxygen_gym.eval.libero.eval_command import add_arguments, config_from_args
     from oxygen_gym.eval.libero.eval_config import EvalConfig
-    from oxygen_gym.eval.libero.eval_loop import check_resumable
-    from oxygen_gym.eval.libero.results import ResultsError, ResultsFolder
     import argparse
+
+    from results_resume import assert_older_folder_resumes
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -85,13 +84,7 @@ def test_eval_takes_the_scale_and_an_older_folder_resumes_as_scale_one(tmp_path)
     finally:
         worker.policy.close()
 
-    old = EvalConfig(out=str(tmp_path)).to_dict()
-    del old["noise_scale"]  # written before the flag existed
-    (tmp_path / "config.json").write_text(json.dumps(old))
-    with ResultsFolder(tmp_path) as folder:
-        check_resumable(folder, EvalConfig(out=str(tmp_path)))
-        with pytest.raises(ResultsError, match="noise_scale was None, now 0.0"):
-            check_resumable(folder, EvalConfig(out=str(tmp_path), noise_scale=0.0))
+    assert_older_folder_resumes(tmp_path, "noise_scale", {"noise_scale": 0.0}, "noise_scale was None, now 0.0")
 
 
 def test_dagger_collection_takes_the_scale():

@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from results_resume import assert_older_folder_resumes
 
 from oxygen_gym.eval.libero.eval_command import add_arguments, config_from_args
 from oxygen_gym.eval.libero.eval_config import EvalConfig
@@ -22,8 +23,6 @@ def _eval_config(*argv: str) -> EvalConfig:
 
 
 def test_eval_takes_replan_and_an_older_folder_resumes_as_the_protocols(tmp_path):
-    from oxygen_gym.eval.libero.eval_loop import check_resumable
-    from oxygen_gym.eval.libero.results import ResultsError, ResultsFolder
     from oxygen_gym.eval.libero.worker import EpisodeWorker
 
     assert _eval_config("--replan", "2").replan == 2
@@ -34,13 +33,7 @@ def test_eval_takes_replan_and_an_older_folder_resumes_as_the_protocols(tmp_path
     assert EpisodeWorker(EvalConfig(replan=3)).replan() == 3
     assert EpisodeWorker(EvalConfig()).replan() == 5  # openpi's replan_steps
 
-    old = EvalConfig(out=str(tmp_path)).to_dict()
-    del old["replan"]  # written before the flag existed
-    (tmp_path / "config.json").write_text(json.dumps(old))
-    with ResultsFolder(tmp_path) as folder:
-        check_resumable(folder, EvalConfig(out=str(tmp_path)))
-        with pytest.raises(ResultsError, match="replan was None, now 2"):
-            check_resumable(folder, EvalConfig(out=str(tmp_path), replan=2))
+    assert_older_folder_resumes(tmp_path, "replan", {"replan": 2}, "replan was None, now 2")
 
 
 @pytest.mark.timeout(600)

@@ -177,8 +177,10 @@ def validate(cfg: EvalConfig) -> None:
     from oxygen_gym.policies.action_noise import check_noise_scale
 
     cfg.noise_scale = check_noise_scale(cfg.noise_scale, "--noise-scale")
-    if cfg.replan is not None and (isinstance(cfg.replan, bool) or not isinstance(cfg.replan, int) or cfg.replan < 1):
-        raise ValueError(f"--replan: {cfg.replan!r}; expected actions executed per policy call (int >= 1)")
+    if cfg.replan is not None:
+        from oxygen_gym.envs.protocols import check_replan
+
+        check_replan(cfg.replan)
     validate_live(cfg)
 
 

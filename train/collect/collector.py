@@ -126,8 +126,9 @@ class CollectConfig:
             if not self.keeps_failures:
                 raise ValueError("--replan sets how much of each chunk the driver executes; give --perturb or --dagger "
                                  "with it")
-            if not isinstance(self.replan, int) or self.replan < 1:
-                raise ValueError(f"--replan must be an integer >= 1, got {self.replan!r}")
+            from oxygen_gym.envs.protocols import check_replan
+
+            check_replan(self.replan)
 
     def executed_per_chunk(self) -> int:
         """Actions of each chunk run before the driver is asked again: `replan`, else the protocol's."""
