@@ -74,6 +74,7 @@ def report(conv: Conventions, prompt: str) -> str:
         f"  actions: {conv.action_norm.describe()}",
         f"chunk:      {c.action_horizon} actions denoised; act() returns {conv.n_actions} "
         f"({RETURNS.get(conv.family, 'n_action_steps (lerobot select_action queue)')})",
+        f"executes:   {_replan_text(conv.root)}",
     ]
     pad = "zero-padded to %d before binning" % c.state_pad_to if c.state_pad_to else "unpadded"
     lines.append(f"prompt:     {'state bins in the prompt (' + pad + ')' if c.discrete_state else 'no state (pi0 form)'}"
@@ -140,3 +141,12 @@ def _before_warnings(text: str, lines: list[str]) -> str:
     at = next((i for i in range(len(rows) - 1, -1, -1) if rows[i].startswith("warnings:")), len(rows))
     return "\n".join(rows[:at] + lines + rows[at:])
 
+
+def _replan_text(root) -> str:
+    """What an evaluation executes of each chunk: the checkpoint's declared replan_steps, or the protocol's."""
+    from .replan_steps import KEY, declared_replan_steps
+
+    declared = declared_replan_steps(root)
+    if declared is None:
+        return "the eval protocol's interval (openpi 5; lerobot all returned); --replan N overrides"
+    return f"{declared} actions per policy call (config.json {KEY}; eval's default, --replan N overrides)"

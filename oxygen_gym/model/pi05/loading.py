@@ -267,14 +267,16 @@ def save_pretrained(
     *,
     n_action_steps: int | None = None,
     normalization: dict[str, str] | None = None,
+    replan_steps: int | None = None,
 ) -> Path:
     """Write config.json (lerobot's fields plus our exact config under `oxygen_gym`) and model.safetensors in
     lerobot's key layout; with `norm_stats` (default: `model.norm_stats`), lerobot's processor stat files too.
 
     What our own family reads back (policies/checkpoints): the whole PI05Config (dims, image slots, chunk =
     `action_horizon`, `discrete_state`, `state_pad_to`, `max_token_len`), `n_action_steps` (actions act() returns;
-    default the whole chunk) and `normalization_mapping` (`normalization`, e.g. {"STATE": "MEAN_STD"}; default
-    QUANTILES for both), applied with openpi's formulas."""
+    default the whole chunk), `normalization_mapping` (`normalization`, e.g. {"STATE": "MEAN_STD"}; default
+    QUANTILES for both), applied with openpi's formulas, and `replan_steps` (actions an evaluation executes per
+    policy call unless told otherwise; policies/checkpoints/replan_steps.py)."""
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     save_file(to_checkpoint(model), str(root / WEIGHTS_FILE), metadata={"format": "pt"})
@@ -284,6 +286,11 @@ def save_pretrained(
         if isinstance(n_action_steps, bool) or not isinstance(n_action_steps, int) or not 1 <= n_action_steps <= chunk:
             raise ValueError(f"n_action_steps must be an int in 1..{chunk} (the chunk), got {n_action_steps!r}")
         config["n_action_steps"] = n_action_steps
+    if replan_steps is not None:
+        returned = config.get("n_action_steps", chunk)
+        if isinstance(replan_steps, bool) or not isinstance(replan_steps, int) or not 1 <= replan_steps <= returned:
+            raise ValueError(f"replan_steps must be an int in 1..{returned} (the actions returned), got {replan_steps!r}")
+        config["replan_steps"] = replan_steps
     if normalization:
         unknown = sorted(set(normalization) - {"STATE", "ACTION"})
         if unknown:
