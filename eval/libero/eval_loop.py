@@ -3,7 +3,6 @@ durably as it finishes, keep the summary current, show progress."""
 from __future__ import annotations
 
 import dataclasses
-
 from collections.abc import Callable, Iterable, Iterator
 
 from .eval_config import ABSENT_DEFAULTS, RESULT_FIELDS, EvalConfig
