@@ -5,7 +5,7 @@ between the shards that `oxygen-gym eval merge` combines; device, video and work
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from oxygen_gym.engine.modes import USER_MODES
@@ -123,6 +123,17 @@ class EvalConfig:
             scenes = sorted(self.fresh_scenes or [])
             return scene in scenes and scenes.index(scene) < int(self.video)
         return episode < int(self.video)
+
+
+def with_declared_replan(config: EvalConfig) -> EvalConfig:
+    """`config` with the checkpoint's own `replan_steps` (policies/checkpoints/replan_steps.py) where no --replan
+    was given, so the interval an evaluation ran with is recorded, compared on resume and merge, and reported."""
+    if config.replan is not None:
+        return config
+    from oxygen_gym.policies.checkpoints.replan_steps import declared_replan_steps
+
+    declared = declared_replan_steps(config.checkpoint)
+    return config if declared is None else replace(config, replan=declared)
 
 
 def _plain(obj: Any) -> Any:

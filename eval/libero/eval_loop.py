@@ -2,10 +2,9 @@
 durably as it finishes, keep the summary current, show progress."""
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 
-from .eval_config import ABSENT_DEFAULTS, RESULT_FIELDS, EvalConfig
+from .eval_config import ABSENT_DEFAULTS, RESULT_FIELDS, EvalConfig, with_declared_replan
 from .episode_set import EpisodeSpec, build_episode_set, record_key, shard
 from .progress import EvalProgress
 from .results import ResultsError, ResultsFolder
@@ -46,17 +45,6 @@ def check_resumable(folder: ResultsFolder, config: EvalConfig) -> None:
                 if "replan" in diffs and old.get("replan") is None else "")
         raise ResultsError(f"--out {folder.out} holds results of a different evaluation ({detail}{hint}); "
                            f"rerun with the same settings to resume, or choose a new --out")
-
-
-def with_declared_replan(config: EvalConfig) -> EvalConfig:
-    """`config` with the checkpoint's own `replan_steps` (policies/checkpoints/replan_steps.py) where no --replan
-    was given, so the interval an evaluation ran with is recorded, compared on resume and merge, and reported."""
-    if config.replan is not None:
-        return config
-    from oxygen_gym.policies.checkpoints.replan_steps import declared_replan_steps
-
-    declared = declared_replan_steps(config.checkpoint)
-    return config if declared is None else dataclasses.replace(config, replan=declared)
 
 
 def run_eval(config: EvalConfig, executor: Executor = local_executor, progress: bool = True) -> dict:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .eval_config import LIVE_DEFAULTS, EvalConfig
+from .eval_config import LIVE_DEFAULTS, EvalConfig, with_declared_replan
 from .episode_set import EpisodeSpec
 
 VIDEO_DIR = "videos"
@@ -48,9 +48,6 @@ def episode_video_dir(out: str | os.PathLike, spec: EpisodeSpec) -> Path:
     return Path(out) / VIDEO_DIR / f"seed{spec.seed}"
 
 
-_UNREAD = object()  # the checkpoint's replan_steps, read once per worker
-
-
 class EpisodeWorker:
     """Runs episodes of one EvalConfig in this process, keeping the policy and the current env between them."""
 
@@ -59,7 +56,6 @@ class EpisodeWorker:
         self.policy = None
         self.env = None
         self._env_key: tuple[str, int, bool] | None = None
-        self._declared_replan: int | None | object = _UNREAD
 
     # ---- resources --------------------------------------------------------------------------------------------
     def get_policy(self):
@@ -89,14 +85,10 @@ class EpisodeWorker:
         """Actions executed per policy call: --replan, else the checkpoint's declared `replan_steps`, else the
         openpi client's replan_steps, or (lerobot) all the policy returns."""
         from oxygen_gym.envs.protocols import get_libero_protocol
-        from oxygen_gym.policies.checkpoints.replan_steps import declared_replan_steps
 
-        if self.config.replan is not None:
-            return self.config.replan
-        if self._declared_replan is _UNREAD:
-            self._declared_replan = declared_replan_steps(self.config.checkpoint)
-        if self._declared_replan is not None:
-            return self._declared_replan
+        replan = with_declared_replan(self.config).replan  # run_eval resolved it already; the demo has not
+        if replan is not None:
+            return replan
         protocol = get_libero_protocol(self.config.protocol)
         return int(self.policy.horizon) if protocol.replan_from_policy else protocol.replan
 
