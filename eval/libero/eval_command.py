@@ -76,6 +76,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--replan", type=int, default=None, metavar="N",
                    help="actions of each chunk executed per policy call (openpi's replan_steps; default: the "
                         "protocol's, 5 for openpi, the whole chunk for lerobot)")
+    g.add_argument("--ensemble", type=float, default=None, metavar="DECAY",
+                   help="execute the temporal ensemble of the overlapping chunks (ACT): each action the weighted mean "
+                        "of every prediction made for its step, weights exp(-DECAY * i), i = 0 the oldest (ACT: "
+                        "0.01); default off")
     g.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
     g.add_argument("--dtype", default=None, choices=DTYPES,
                    help="model dtype (default: float32 on CPU, bfloat16 on CUDA)")
@@ -149,7 +153,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         episodes=episodes, init_states=parse_init_states(args.init_states), fresh_scenes=fresh_scenes, seeds=seeds, shard=parse_shard(args.shard), device=args.device,
         video=parse_video(args.video), render_every_step=args.render_every_step, out=str(args.out or "runs/eval"),
         fast_reset=args.fast_reset, live=args.live, execution=args.execution, handover=args.handover,
-        queue_threshold=args.queue_threshold, noise_scale=args.noise_scale, replan=args.replan,
+        queue_threshold=args.queue_threshold, noise_scale=args.noise_scale, replan=args.replan, ensemble=args.ensemble,
         **ConventionOverrides.from_args(args).as_kwargs(CONVENTION_FIELDS),
     )
 

@@ -27,11 +27,11 @@ CONVENTION_FIELDS = tuple(n for n in ConventionOverrides.names()
 # The tokenizer is a path on this machine, not result-deciding: the other conventions are.
 RESULT_FIELDS = ("checkpoint", "robot", "mode", "decode_budget", "target_action_hz", "language_tasks", "protocol",
                  "max_steps", "fast_render", "dtype", "fast_reset", *(n for n in CONVENTION_FIELDS if n != "tokenizer"),
-                 "noise_scale", "replan", "live", "execution", "handover", "queue_threshold")
+                 "noise_scale", "replan", "ensemble", "live", "execution", "handover", "queue_threshold")
 # A folder written before live control has none of the live fields: they compare equal to a run without --live.
 LIVE_DEFAULTS = {"live": None, "execution": None, "handover": None, "queue_threshold": None}
 # Every result field a folder written before it existed lacks, with the value such a run had.
-ABSENT_DEFAULTS = {**LIVE_DEFAULTS, "noise_scale": 1.0, "replan": None}
+ABSENT_DEFAULTS = {**LIVE_DEFAULTS, "noise_scale": 1.0, "replan": None, "ensemble": None}
 
 
 @dataclass
@@ -59,6 +59,8 @@ class EvalConfig:
     noise_scale: float = 1.0  # the action heads' starting noise (policies/action_noise.py; 1 = reference sampler)
     # actions of each chunk executed per policy call (openpi's client `replan_steps`); None: the protocol's
     replan: int | None = None
+    # execute the temporal ensemble of overlapping chunks with this decay (policies/temporal_ensemble.py); None: off
+    ensemble: float | None = None
     # live control (None: today's synchronous loop, the sim waits for the policy)
     live: str | None = None  # measured | fixed:MS | model:FILE[@POINT]
     execution: str | None = None  # with live: sync (default), async, rtc
@@ -192,6 +194,12 @@ def validate(cfg: EvalConfig) -> None:
         from oxygen_gym.envs.protocols import check_replan
 
         check_replan(cfg.replan)
+    if cfg.ensemble is not None:
+        from oxygen_gym.policies.temporal_ensemble import check_decay
+
+        cfg.ensemble = check_decay(cfg.ensemble, "--ensemble")
+        if cfg.live is not None:
+            raise ValueError("--ensemble and --live: live execution merges chunks itself (--handover); give one")
     validate_live(cfg)
 
 

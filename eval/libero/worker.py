@@ -75,6 +75,10 @@ class EpisodeWorker:
                 noise_scale=cfg.noise_scale,
                 **self.convention_kwargs(),
             )
+            if cfg.ensemble is not None:
+                from oxygen_gym.policies.temporal_ensemble import TemporalEnsemble
+
+                self.policy = TemporalEnsemble(self.policy, replan=self.replan(), decay=cfg.ensemble)
         return self.policy
 
     def convention_kwargs(self) -> dict:

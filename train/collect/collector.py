@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from oxygen_gym.envs.libero_scenes import SAME_SCENE_M, fresh_scene_seed
 from oxygen_gym.policies.action_noise import check_noise_scale
+from oxygen_gym.policies.temporal_ensemble import TemporalEnsemble, check_decay
 
 from .dagger import MixedActor, check_beta, policy_for
 from .perturb import PerturbingActor, check_rate
@@ -82,6 +83,8 @@ class CollectConfig:
     dagger_checkpoint: str | None = None
     dagger_beta: float = 0.3
     dagger_noise_scale: float = 1.0  # the driving policy's sampling noise (policies/action_noise.py)
+    # the driving policy's chunks temporally ensembled with this decay (policies/temporal_ensemble.py); None: off
+    dagger_ensemble: float | None = None
     # perturbed demonstrations (perturb.py): the state expert drives and labels every variant; variants > 0 replace
     # chunks with pushes and gripper flips at this rate per chunk; demos are kept whether or not they succeeded
     perturb_rate: float = 0.0
@@ -106,6 +109,11 @@ class CollectConfig:
         if self.dagger_checkpoint is not None:
             check_beta(self.dagger_beta)
         check_noise_scale(self.dagger_noise_scale, "--dagger-noise-scale")
+        if self.dagger_ensemble is not None:
+            if self.dagger_checkpoint is None or self.dagger_beta != 0:
+                raise ValueError("--dagger-ensemble ensembles the driving policy's consecutive chunks; give --dagger "
+                                 "with --dagger-beta 0 (an expert chunk would break the chunks' timeline)")
+            check_decay(self.dagger_ensemble, "--dagger-ensemble")
         check_rate(self.perturb_rate)
         if self.perturb_rate and self.dagger_checkpoint is not None:
             raise ValueError("--perturb and --dagger both choose who drives; give one")
@@ -213,8 +221,10 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
         expert, actor = PickPlaceExpert(sim), None
     else:
         expert = StatePickPlaceExpert(sim, cfg.release_xy_m, cfg.lift_speed)
-        actor = MixedActor(policy_for(cfg.dagger_checkpoint, cfg.protocol, cfg.dagger_noise_scale), cfg.dagger_beta,
-                           replan, rng)
+        policy = policy_for(cfg.dagger_checkpoint, cfg.protocol, cfg.dagger_noise_scale)
+        if cfg.dagger_ensemble is not None:
+            policy = TemporalEnsemble(policy, replan=replan, decay=cfg.dagger_ensemble)
+        actor = MixedActor(policy, cfg.dagger_beta, replan, rng)
     steps: dict[str, list] = {k: [] for k in ("agentview", "wrist", "ee", "grip", "joints", "act", "exec", "states", "sub", "mem")}
     done = False
     while not done:
@@ -244,6 +254,7 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
     extra = {}
     if isinstance(actor, MixedActor):
         extra = {"dagger_beta": cfg.dagger_beta, "dagger_noise_scale": cfg.dagger_noise_scale,
+                 **({} if cfg.dagger_ensemble is None else {"dagger_ensemble": cfg.dagger_ensemble}),
                  "policy_steps": actor.policy_steps, "replan": replan}
     elif isinstance(actor, PerturbingActor):
         extra = {"perturb_rate": cfg.perturb_rate, "perturbations": actor.perturbations,
@@ -334,7 +345,7 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
     if manifest.is_file():
         old = json.loads(manifest.read_text())["config"]
         keep = ("suite", "variants", "noise_std", "protocol", "camera_size", "fast_render", "fast_reset", "max_steps",
-                "dagger_checkpoint", "dagger_beta", "dagger_noise_scale", "perturb_rate", "max_settle_m",
+                "dagger_checkpoint", "dagger_beta", "dagger_noise_scale", "dagger_ensemble", "perturb_rate", "max_settle_m",
                 "release_xy_m", "lift_speed", "replan")
         if bool(old.get("fresh_scenes")) != bool(cfg.fresh_scenes):
             raise ValueError(f"--out {out} holds a collection from "
