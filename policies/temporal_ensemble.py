@@ -19,9 +19,10 @@ DEFAULT_DECAY = 0.01  # ACT's k
 
 
 def check_decay(decay: Any, name: str = "ensemble") -> float:
-    """A finite decay >= 0 (0: plain mean of the predictions; large: the oldest prediction wins)."""
-    if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not np.isfinite(decay) or decay < 0:
-        raise ValueError(f"{name} must be a finite number >= 0 (the temporal-ensemble decay, e.g. "
+    """A finite decay: 0 the plain mean of the predictions, > 0 more weight on older ones (ACT), < 0 on newer ones
+    (as lerobot's ACTTemporalEnsembler docstring allows)."""
+    if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not np.isfinite(decay):
+        raise ValueError(f"{name} must be a finite number (the temporal-ensemble decay, e.g. ACT's "
                          f"{DEFAULT_DECAY}), got {decay!r}")
     return float(decay)
 

@@ -68,7 +68,7 @@ def run_wrapped(policy, replan: int, decay: float, calls: int, seed: int = 3):
 
 
 @pytest.mark.parametrize("replan", [1, 3, 10])
-@pytest.mark.parametrize("decay", [0.0, 0.01, 0.7])
+@pytest.mark.parametrize("decay", [0.0, 0.01, 0.7, -0.5])
 def test_executed_actions_are_acts_weighted_mean(replan, decay):
     executed, raw = run_wrapped(RandomChunks(), replan, decay, calls=12)
     np.testing.assert_allclose(executed, act_reference(raw, replan, decay), rtol=0, atol=1e-6)
@@ -108,16 +108,16 @@ def test_the_real_policy_under_the_wrapper_matches_the_reference():
 
 
 def test_bad_settings_are_clear_errors():
-    for bad in (-0.1, float("nan"), True, "0.01"):
-        with pytest.raises(ValueError, match="ensemble must be a finite number >= 0"):
+    for bad in (float("inf"), float("nan"), True, "0.01"):
+        with pytest.raises(ValueError, match="ensemble must be a finite number"):
             TemporalEnsemble(RandomChunks(), replan=1, decay=bad)
     with pytest.raises(ValueError, match="replan must be an int >= 1"):
         TemporalEnsemble(RandomChunks(), replan=0)
     short = TemporalEnsemble(RandomChunks(), replan=11)
     with pytest.raises(ValueError, match=r"horizon >= replan=11.*shape \(10, 7\)"):
         short.act({})
-    with pytest.raises(ValueError, match="--ensemble must be a finite number >= 0"):
-        EvalConfig(ensemble=-1.0)
+    with pytest.raises(ValueError, match="--ensemble must be a finite number"):
+        EvalConfig(ensemble=float("nan"))
     with pytest.raises(ValueError, match="--ensemble and --live"):
         EvalConfig(ensemble=0.01, live="measured")
     with pytest.raises(ValueError, match="--dagger-ensemble ensembles .* --dagger-beta 0"):

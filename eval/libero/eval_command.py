@@ -79,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--ensemble", type=float, default=None, metavar="DECAY",
                    help="execute the temporal ensemble of the overlapping chunks (ACT): each action the weighted mean "
                         "of every prediction made for its step, weights exp(-DECAY * i), i = 0 the oldest (ACT: "
-                        "0.01); default off")
+                        "0.01; < 0 favours newer); default off")
     g.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
     g.add_argument("--dtype", default=None, choices=DTYPES,
                    help="model dtype (default: float32 on CPU, bfloat16 on CUDA)")

@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "0 = deterministic)")
     parser.add_argument("--dagger-ensemble", type=float, default=None, metavar="DECAY",
                         help="with --dagger and --dagger-beta 0: execute the temporal ensemble of the driving policy's "
-                             "overlapping chunks, weights exp(-DECAY * i), i = 0 the oldest (ACT uses 0.01; "
+                             "overlapping chunks, weights exp(-DECAY * i), i = 0 the oldest (ACT uses 0.01, < 0 favours newer; "
                              "policies/temporal_ensemble.py)")
     parser.add_argument("--perturb", type=float, default=0.0, metavar="RATE",
                         help="perturbed demos: the state expert drives and labels; in variants > 0 each chunk starts, "
