@@ -3,11 +3,13 @@
 The fresh-scene check of docs/libero-spatial.md (`oxygen-gym collect libero ... --dagger CHECKPOINT --dagger-beta
 0`: the policy alone, eval's openpi loop, full render), with the driving policy asked `--samples` times per frame
 (different noise seeds, the first the rollout's own): the arm follows the first sample, the gripper command is the
-mean of the samples' (its sign is the majority's). One worker in this process, so the patched driver holds; run
-several ranges side by side, each with its own `--out`. Not in CI, not a feature: it measured worse (the card says
-why).
+mean of the samples' (its sign is the majority's), or with `--open-votes K` the mean of the opening samples where at
+least K of them command open (robosuite opens on a negative command) and of the closing ones elsewhere. One worker
+in this process, so the patched driver holds; run several ranges side by side, each with its own `--out`. Not in CI,
+not a feature: both measured no better (the card says why).
 
     python tools/gripper_vote_check.py --checkpoint libero-spatial --fresh-scenes 1000-1012 --out data/vote-a
+    python tools/gripper_vote_check.py --checkpoint libero-spatial --replan 3 --open-votes 3 --fresh-scenes 1000-1012 --out data/vote3-a
 """
 from __future__ import annotations
 
@@ -25,8 +27,8 @@ from oxygen_gym.train.open_loop import GRIPPER_DIM
 class GripperVote:
     """A policy whose gripper command is the mean over `samples` noise seeds of the same frame's chunk."""
 
-    def __init__(self, policy, samples: int) -> None:
-        self.policy, self.samples = policy, samples
+    def __init__(self, policy, samples: int, open_votes: int | None = None) -> None:
+        self.policy, self.samples, self.open_votes = policy, samples, open_votes
 
     def reset(self, seed: int | None = None) -> None:
         self.policy.reset(seed=seed)
@@ -42,7 +44,15 @@ class GripperVote:
         p.seed, p.frame = seed, frame + 1
         stacked = np.stack(chunks)
         out = stacked[0].copy()
-        out[:, GRIPPER_DIM] = stacked[:, :, GRIPPER_DIM].mean(0)
+        gripper = stacked[:, :, GRIPPER_DIM]  # (samples, steps)
+        if self.open_votes is None:
+            out[:, GRIPPER_DIM] = gripper.mean(0)
+            return out, []
+        opening = gripper < 0
+        votes = opening.sum(0)
+        open_mean = np.where(opening, gripper, 0).sum(0) / np.maximum(votes, 1)
+        close_mean = np.where(opening, 0, gripper).sum(0) / np.maximum(self.samples - votes, 1)
+        out[:, GRIPPER_DIM] = np.where(votes >= self.open_votes, open_mean, close_mean)
         return out, []
 
 
@@ -51,16 +61,21 @@ def main() -> None:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--fresh-scenes", required=True)
     parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--open-votes", type=int, default=None,
+                        help="open where at least this many samples command open (default: the mean's sign)")
+    parser.add_argument("--replan", type=int, default=None, help="actions run per policy call (default: protocol's 5)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     if args.samples < 1:
         parser.error(f"--samples must be >= 1, got {args.samples}")
+    if args.open_votes is not None and not 1 <= args.open_votes <= args.samples:
+        parser.error(f"--open-votes must be between 1 and --samples ({args.samples}), got {args.open_votes}")
     collector.policy_for = lambda checkpoint, protocol, noise_scale=1.0: GripperVote(
-        policy_for(checkpoint, protocol, noise_scale), args.samples)
+        policy_for(checkpoint, protocol, noise_scale), args.samples, args.open_votes)
     cfg = collector.CollectConfig(suite="libero_spatial", tasks=(0,), init_states=(),
                                   fresh_scenes=parse_range(args.fresh_scenes, "--fresh-scenes"), variants=1,
                                   fast_render=False, workers=1, dagger_checkpoint=args.checkpoint, dagger_beta=0.0,
-                                  max_settle_m=0.05)
+                                  max_settle_m=0.05, replan=args.replan)
     print(json.dumps(collector.collect(cfg, args.out, progress=True)))
 
 
