@@ -25,7 +25,8 @@ from oxygen_gym.train.open_loop import GRIPPER_DIM
 
 
 class GripperVote:
-    """A policy whose gripper command is the mean over `samples` noise seeds of the same frame's chunk."""
+    """A policy whose gripper command is voted by `samples` noise seeds of the same frame's chunk: their mean, or
+    with `open_votes` K the opening samples' mean where at least K open (the closing samples' elsewhere)."""
 
     def __init__(self, policy, samples: int, open_votes: int | None = None) -> None:
         self.policy, self.samples, self.open_votes = policy, samples, open_votes
