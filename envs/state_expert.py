@@ -14,7 +14,7 @@ from .experts import BOWL_RIM, LIFT_HEIGHT, OSC_POS_SCALE, SubtaskLabeller, pick
 
 APPROACH = np.array([0.0, 0.0, 0.12])  # above the grasp point, as PickPlaceExpert approaches
 OVER = np.array([0.0, 0.0, 0.15])  # above the target to carry to
-LOWER = np.array([0.0, 0.0, 0.06])  # above the target to open at
+LOWER = np.array([0.0, 0.0, 0.06])  # above the target to open at (default; `place_height` sets its height)
 REACHED = 0.015  # metres: at a waypoint
 ALIGNED = 0.02  # metres: horizontally over the grasp point, so descending is safe
 CLOSED = 0.06  # finger opening below which the gripper counts as closed (SubtaskLabeller's threshold)
@@ -25,13 +25,21 @@ AT_REST = 0.02  # m/s: an object moving slower than this has come to rest (a rel
 SLOW_LIFT_UNTIL = 0.05  # metres above its resting height: how high the object rises at a capped `lift_speed`
 
 
-def at_release_point(eef: np.ndarray, obj: np.ndarray, target: np.ndarray, release_xy: float | None = None) -> bool:
+def lowering_waypoint(target: np.ndarray, place_height: float | None = None) -> np.ndarray:
+    """Where the eef lowers a held object to over the target: `place_height` metres above the grasp height the object
+    would have resting where the target is (None: LOWER's 6 cm, from which the released bowl falls onto the plate;
+    0: the bowl is set down on the plate, and LIBERO's `On` holds on contact, before any release)."""
+    return target + BOWL_RIM + (LOWER if place_height is None else np.array([0.0, 0.0, place_height]))
+
+
+def at_release_point(eef: np.ndarray, obj: np.ndarray, target: np.ndarray, release_xy: float | None = None,
+                     place_height: float | None = None) -> bool:
     """Low enough over the target to open. Default (`release_xy` None): the eef within REACHED of its lowering
     waypoint in 3-D. With `release_xy` (metres): the eef at the waypoint's height (within REACHED) and the held
     object within `release_xy` of the target horizontally, so a bowl a few centimetres off the plate's centre is let
     go (LIBERO's `On` needs contact, not centring) instead of being corrected to a centimetre a 96 px image can't
     resolve."""
-    waypoint = target + BOWL_RIM + LOWER
+    waypoint = lowering_waypoint(target, place_height)
     if release_xy is None:
         return bool(np.linalg.norm(eef - waypoint) < REACHED)
     return bool(abs(eef[2] - waypoint[2]) < REACHED and np.linalg.norm((obj - target)[:2]) < release_xy)
@@ -39,12 +47,12 @@ def at_release_point(eef: np.ndarray, obj: np.ndarray, target: np.ndarray, relea
 
 def state_phase(eef: np.ndarray, finger_gap: float, obj: np.ndarray, target: np.ndarray, rest_z: float,
                 closing_steps: int = SETTLE_STEPS, missed_target: bool = False,
-                release_xy: float | None = None) -> str:
+                release_xy: float | None = None, place_height: float | None = None) -> str:
     """The phase a state is in: above, down, close, open, lift, over, lower, release or retreat. `closing_steps`: how
     many steps in a row the gripper has been commanded closed (a grip is firm only after SETTLE_STEPS).
     `missed_target`: the object rests near the target but the task's own goal check fails (set down beside the
-    plate or on its rim), so it is picked up and placed again instead of being left there. `release_xy`: see
-    `at_release_point`."""
+    plate or on its rim), so it is picked up and placed again instead of being left there. `release_xy` and
+    `place_height`: see `at_release_point` and `lowering_waypoint`."""
     grasp = obj + BOWL_RIM
     at_object = np.linalg.norm(eef - grasp) < SubtaskLabeller.GRASP_RADIUS
     over_target = np.linalg.norm((obj - target)[:2]) < SubtaskLabeller.OVER_TARGET
@@ -53,7 +61,7 @@ def state_phase(eef: np.ndarray, finger_gap: float, obj: np.ndarray, target: np.
         return "close"  # closing on the object: let the fingers settle before lifting
     if at_object and finger_gap < CLOSED:  # holding the object (closed on it, fingers settled)
         if over_target:
-            return "release" if at_release_point(eef, obj, target, release_xy) else "lower"
+            return "release" if at_release_point(eef, obj, target, release_xy, place_height) else "lower"
         if eef[2] < LIFT_HEIGHT - 0.05 and obj[2] < rest_z + ON_TABLE:
             return "lift"
         return "over"
@@ -68,13 +76,14 @@ def state_phase(eef: np.ndarray, finger_gap: float, obj: np.ndarray, target: np.
     return "above"
 
 
-def phase_action(phase: str, eef: np.ndarray, obj: np.ndarray, target: np.ndarray) -> np.ndarray:
+def phase_action(phase: str, eef: np.ndarray, obj: np.ndarray, target: np.ndarray,
+                 place_height: float | None = None) -> np.ndarray:
     """The 7-d OSC action of a phase: a clipped step towards its waypoint, and the gripper command."""
     grasp = obj + BOWL_RIM
     goal = {
         "above": grasp + APPROACH, "down": grasp, "close": grasp, "open": eef,
         "lift": np.array([eef[0], eef[1], LIFT_HEIGHT]), "over": target + BOWL_RIM + OVER,
-        "lower": target + BOWL_RIM + LOWER, "release": eef, "retreat": np.array([eef[0], eef[1], LIFT_HEIGHT]),
+        "lower": lowering_waypoint(target, place_height), "release": eef, "retreat": np.array([eef[0], eef[1], LIFT_HEIGHT]),
     }[phase]
     action = np.zeros(7, np.float32)
     action[:3] = np.clip((goal - eef) / OSC_POS_SCALE, -1, 1)
@@ -95,11 +104,14 @@ def cap_first_lift(action: np.ndarray, phase: str, obj_z: float, rest_z: float, 
 class StatePickPlaceExpert:
     """Drop-in for PickPlaceExpert (same call: the policy state vector, privileged poses from the sim)."""
 
-    def __init__(self, libero_env, release_xy: float | None = None, lift_speed: float | None = None) -> None:
+    def __init__(self, libero_env, release_xy: float | None = None, lift_speed: float | None = None,
+                 place_height: float | None = None) -> None:
         """`release_xy`: horizontal tolerance (metres) of the held object over the target at which it opens
         (`at_release_point`; None: the eef within REACHED of its lowering waypoint). `lift_speed`: the cap on the
-        first centimetres of a lift (`cap_first_lift`; None: full speed)."""
+        first centimetres of a lift (`cap_first_lift`; None: full speed). `place_height`: the lowering waypoint's
+        height over the target (`lowering_waypoint`; None: 6 cm)."""
         self.sim, self.release_xy, self.lift_speed = libero_env, release_xy, lift_speed
+        self.place_height = place_height
         self.obj, self.target = pick_place_goal(libero_env)
         self.rest_z = float(self._pos(self.obj)[2])
         self.phase, self.closing, self._closing_before = "above", 0, 0
@@ -118,13 +130,14 @@ class StatePickPlaceExpert:
         eef = np.asarray(state[:3], np.float64)
         gap = float(state[6] - state[7])
         obj, target = self._pos(self.obj), self._pos(self.target)
-        self.phase = state_phase(eef, gap, obj, target, self.rest_z, self.closing, release_xy=self.release_xy)
+        self.phase = state_phase(eef, gap, obj, target, self.rest_z, self.closing, release_xy=self.release_xy,
+                                 place_height=self.place_height)
         if self.phase == "retreat" and self._missed_target():  # the sim's goal check only where it can matter
             self.phase = state_phase(eef, gap, obj, target, self.rest_z, self.closing, missed_target=True,
-                                     release_xy=self.release_xy)
+                                     release_xy=self.release_xy, place_height=self.place_height)
         self._closing_before = self.closing
         self.closing = self.closing + 1 if self.phase in ("close", "lift", "over", "lower") else 0  # gripping steps
-        return cap_first_lift(phase_action(self.phase, eef, obj, target), self.phase, obj[2], self.rest_z,
+        return cap_first_lift(phase_action(self.phase, eef, obj, target, self.place_height), self.phase, obj[2], self.rest_z,
                               self.lift_speed)
 
     def executed(self, action: np.ndarray) -> None:

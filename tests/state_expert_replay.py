@@ -23,7 +23,8 @@ def assert_replay_labels_match(path: str | Path, demo) -> None:
                    fast_render=True, fast_reset=True)  # only states are compared: how frames render is moot
     try:
         obs, _ = env.reset(seed=env.unwrapped.protocol.seed, options={"scene_seed": int(demo.attrs["scene_seed"])})
-        expert = StatePickPlaceExpert(env.unwrapped.libero_env.env, cfg.get("release_xy_m"), cfg.get("lift_speed"))
+        expert = StatePickPlaceExpert(env.unwrapped.libero_env.env, cfg.get("release_xy_m"), cfg.get("lift_speed"),
+                                      cfg.get("place_height_m"))
         for t in range(len(demo)):
             np.testing.assert_allclose(obs["state"][:6], demo.ee_states[t], atol=1e-6)
             np.testing.assert_array_equal(expert(obs["state"]), demo.actions[t])

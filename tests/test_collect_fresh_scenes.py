@@ -139,3 +139,25 @@ def test_release_xy_and_lift_speed_reach_the_expert_in_a_real_collection(tmp_pat
         assert (config["release_xy_m"], config["lift_speed"]) == (release, lift)
     assert opens[None, None, 0] > 1 and opens[0.025, None, 0] == 1, opens
     assert grasps[0.025, None, 21] == 2 and grasps[0.025, 0.3, 21] == 1, grasps
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_place_height_of_zero_sets_the_bowl_down_and_succeeds_before_any_release(tmp_path):
+    """`--place-height-cm 0` must reach the collecting expert: on fresh scene 22 (one grasp either way, measured with
+    the expert alone) the default demo opens over the plate and the bowl falls onto it; at 0 the bowl is lowered
+    onto the plate and LIBERO's `On` holds on contact, so the demo ends with the gripper never opened after its
+    grasp. Both succeed."""
+    pytest.importorskip("libero")
+    opens = {}
+    for height in (None, 0.0):
+        out = tmp_path / str(height)
+        cfg = CollectConfig(init_states=(), fresh_scenes=(22,), variants=1, perturb_rate=0.15, workers=1,
+                            camera_size=64, place_height_m=height)
+        assert collect(cfg, out, progress=False)["kept"] == 1
+        (demo,) = read_demos(task_file(out, "libero_spatial", 0))
+        assert demo.attrs["success"], height
+        grip = demo.actions[:, 6]
+        opens[height] = int(np.sum((grip[:-1] > 0) & (grip[1:] < 0)))  # close -> open commands
+        assert json.loads((out / "dataset.json").read_text())["config"]["place_height_m"] == height
+    assert opens[None] >= 1 and opens[0.0] == 0, opens

@@ -136,6 +136,33 @@ def test_collect_checks_the_release_tolerance():
     assert cfg.to_json()["release_xy_m"] == 0.025
 
 
+def test_a_place_height_of_zero_lowers_the_held_bowl_onto_the_plate_before_opening():
+    """`place_height` 0: the bowl held 6 cm over the plate (where the default opens) is still lowered, towards the
+    grasp height it would rest at on the plate, and only there is it let go."""
+    high = TARGET + [0.0, 0.0, 0.06]  # the held bowl where the default expert lets go
+    assert state_phase(high + BOWL_RIM, SHUT, high, TARGET, rest_z=OBJ[2], closing_steps=50) == "release"
+    assert state_phase(high + BOWL_RIM, SHUT, high, TARGET, rest_z=OBJ[2], closing_steps=50,
+                       place_height=0.0) == "lower"
+    down = phase_action("lower", high + BOWL_RIM, high, TARGET, place_height=0.0)
+    assert down[2] < 0 and down[6] > 0  # still lowering, still closed
+    assert phase_action("lower", high + BOWL_RIM, high, TARGET)[2] == 0.0  # the default is at its waypoint
+    on_plate = TARGET + [0.0, 0.0, 0.005]
+    assert state_phase(on_plate + BOWL_RIM, SHUT, on_plate, TARGET, rest_z=OBJ[2], closing_steps=50,
+                       place_height=0.0) == "release"
+
+
+def test_collect_checks_the_place_height():
+    from oxygen_gym.train.collect.collector import CollectConfig
+
+    for bad in (-0.01, 0.15):
+        with pytest.raises(ValueError, match="--place-height-cm must be in"):
+            CollectConfig(init_states=(), fresh_scenes=(0,), perturb_rate=0.15, place_height_m=bad)
+    with pytest.raises(ValueError, match="give --perturb or --dagger"):
+        CollectConfig(init_states=(), fresh_scenes=(0,), place_height_m=0.0)
+    assert CollectConfig(init_states=(), fresh_scenes=(0,), perturb_rate=0.15,
+                         place_height_m=0.0).to_json()["place_height_m"] == 0.0
+
+
 def test_a_lift_speed_caps_only_the_first_centimetres_of_a_lift():
     from oxygen_gym.envs.state_expert import SLOW_LIFT_UNTIL, cap_first_lift
 

@@ -67,6 +67,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lift-speed", type=float, default=None, metavar="FRAC",
                         help="with --perturb or --dagger: the state expert lifts the grasped bowl's first 5 cm at most "
                              "this fraction of its full step, so its rim pinch holds (default: full speed)")
+    parser.add_argument("--place-height-cm", type=float, default=None, metavar="CM",
+                        help="with --perturb or --dagger: the state expert lowers the held bowl to CM above its "
+                             "resting grasp height over the target before opening; 0 sets it down on the plate, which "
+                             "LIBERO counts as placed on contact (default: 6, from where the released bowl falls)")
     parser.add_argument("--replan", type=int, default=None, metavar="N",
                         help="with --perturb or --dagger: actions of each chunk executed before the driver is asked "
                              "again (default: the protocol's, openpi 5)")
@@ -103,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
             max_settle_m=None if args.max_settle_cm is None else args.max_settle_cm / 100,
             release_xy_m=None if args.release_xy_cm is None else args.release_xy_cm / 100,
             lift_speed=args.lift_speed, replan=args.replan,
+            place_height_m=None if args.place_height_cm is None else args.place_height_cm / 100,
         )
         if cfg.variants < 1 or cfg.workers < 1 or cfg.noise_std < 0:
             raise ValueError("--variants and --workers must be >= 1 and --noise-std >= 0")

@@ -98,6 +98,9 @@ class CollectConfig:
     # the state expert's upward speed (fraction of its full step) over the first 5 cm of a lift, so the rim pinch holds
     # (envs/state_expert.py cap_first_lift); None: full speed
     lift_speed: float | None = None
+    # the state expert's lowering waypoint over the target, metres above the held object's grasp height there
+    # (envs/state_expert.py lowering_waypoint): 0 sets the bowl down on the plate; None: 6 cm up, from which it falls
+    place_height_m: float | None = None
     # actions of each chunk executed before the driving policy (DAgger) or the perturbation schedule is asked again;
     # None: the protocol's (openpi: 5), so rollouts match the eval they feed or stand in for
     replan: int | None = None
@@ -122,7 +125,8 @@ class CollectConfig:
                 raise ValueError("--max-settle-cm filters fresh scenes; give --fresh-scenes with it")
             if not self.max_settle_m > 0:
                 raise ValueError(f"--max-settle-cm must be > 0, got {self.max_settle_m * 100:g}")
-        expert_flags = [flag for flag, value in (("--release-xy-cm", self.release_xy_m), ("--lift-speed", self.lift_speed))
+        expert_flags = [flag for flag, value in (("--release-xy-cm", self.release_xy_m), ("--lift-speed", self.lift_speed),
+                                                          ("--place-height-cm", self.place_height_m))
                         if value is not None]
         if expert_flags and not self.keeps_failures:
             raise ValueError(f"{' and '.join(expert_flags)} set the state expert; give --perturb or --dagger with it")
@@ -130,6 +134,8 @@ class CollectConfig:
             raise ValueError(f"--release-xy-cm must be in (0, 4), got {self.release_xy_m * 100:g}")
         if self.lift_speed is not None and not 0 < self.lift_speed < 1:
             raise ValueError(f"--lift-speed must be in (0, 1) (a fraction of the full step), got {self.lift_speed:g}")
+        if self.place_height_m is not None and not 0 <= self.place_height_m < 0.15:  # below the carry height (OVER)
+            raise ValueError(f"--place-height-cm must be in [0, 15), got {self.place_height_m * 100:g}")
         if self.replan is not None:
             if not self.keeps_failures:
                 raise ValueError("--replan sets how much of each chunk the driver executes; give --perturb or --dagger "
@@ -214,13 +220,13 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
     rng = np.random.default_rng(key.noise_seed())
     replan = cfg.executed_per_chunk()
     if cfg.perturb_rate > 0:
-        expert = StatePickPlaceExpert(sim, cfg.release_xy_m, cfg.lift_speed)
+        expert = StatePickPlaceExpert(sim, cfg.release_xy_m, cfg.lift_speed, cfg.place_height_m)
         actor = None if key.variant == 0 else PerturbingActor(
             cfg.perturb_rate, replan, cfg.noise_std, rng)
     elif cfg.dagger_checkpoint is None:
         expert, actor = PickPlaceExpert(sim), None
     else:
-        expert = StatePickPlaceExpert(sim, cfg.release_xy_m, cfg.lift_speed)
+        expert = StatePickPlaceExpert(sim, cfg.release_xy_m, cfg.lift_speed, cfg.place_height_m)
         policy = policy_for(cfg.dagger_checkpoint, cfg.protocol, cfg.dagger_noise_scale)
         if cfg.dagger_ensemble is not None:
             policy = TemporalEnsemble(policy, replan=replan, decay=cfg.dagger_ensemble)
@@ -346,7 +352,7 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
         old = json.loads(manifest.read_text())["config"]
         keep = ("suite", "variants", "noise_std", "protocol", "camera_size", "fast_render", "fast_reset", "max_steps",
                 "dagger_checkpoint", "dagger_beta", "dagger_noise_scale", "dagger_ensemble", "perturb_rate", "max_settle_m",
-                "release_xy_m", "lift_speed", "replan")
+                "release_xy_m", "lift_speed", "place_height_m", "replan")
         if bool(old.get("fresh_scenes")) != bool(cfg.fresh_scenes):
             raise ValueError(f"--out {out} holds a collection from "
                              f"{'fresh scenes' if old.get('fresh_scenes') else 'official init states'}; use another folder")
