@@ -152,6 +152,27 @@ def test_the_trained_model_loads_as_a_policy(tmp_path):
     assert updates and updates[0].task == "narrate"
 
 
+def test_the_declared_execution_horizon_is_exported_and_checked_before_training(tmp_path):
+    from oxygen_gym.policies.checkpoints.replan_steps import declared_replan_steps
+
+    data = tmp_path / "data"
+    _write_data(data, n=1)
+    common = dict(data=str(data), batch_size=2, warmup=1, checkpoint_every=1, threads=1, device="cpu")
+    folder = train(TrainConfig(out=str(tmp_path / "m"), steps=1, replan_steps=3, **common), progress=False)
+    assert declared_replan_steps(folder) == 3
+    # export only: resuming with another declaration continues the run and rewrites it
+    folder = train(TrainConfig(out=str(tmp_path / "m"), steps=2, replan_steps=5, **common), progress=False)
+    assert declared_replan_steps(folder) == 5
+    assert json.loads((folder / "training.json").read_text())["step"] == 2
+    assert declared_replan_steps(train(TrainConfig(out=str(tmp_path / "n"), steps=1, **common), progress=False)) is None
+    with pytest.raises(ValueError, match="--replan-steps must be at most the model's action chunk"):
+        train(TrainConfig(out=str(tmp_path / "x"), steps=1, replan_steps=11, **common), progress=False)
+    assert not (tmp_path / "x" / "train_state.pt").exists()
+    for bad in (0, True, 2.5):
+        with pytest.raises(ValueError, match="--replan-steps must be an int >= 1"):
+            TrainConfig(out=str(tmp_path / "y"), replan_steps=bad, **common)
+
+
 def test_a_reader_holding_the_file_open_delays_the_next_write_instead_of_failing_it(tmp_path):
     """HDF5 locks a file while any process reads it; a user looking into a collection mid-run must not kill it."""
     import subprocess

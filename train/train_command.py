@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default 1: a plain mean; > 1 puts more of the loss on when to open and close)")
     parser.add_argument("--no-snapshots", dest="snapshots", action="store_false", default=None,
                         help="do not keep every checkpoint's model under OUT/snapshots/")
+    parser.add_argument("--replan-steps", type=int, default=None, metavar="N",
+                        help="declare N actions executed per policy call in the exported config.json (what eval and "
+                             "the demo run unless --replan is given; default: declare none)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     parser.add_argument("--adapter", default=None, metavar="NAME",
                         help="train only a LoRA adapter NAME on the language continuation of a frozen base (--init, "
@@ -89,6 +92,9 @@ def _run_adapter(args: argparse.Namespace) -> int:
     for name in ("steps", "batch_size", "lr", "checkpoint_every"):  # only when set: the adapter run has its own defaults
         if getattr(args, name) != defaults[name]:
             given[name] = getattr(args, name)
+    if args.replan_steps is not None:
+        print("oxygen-gym train: --replan-steps declares the action model's execution horizon, not an --adapter's")
+        return 2
     if args.data_mix:
         print("oxygen-gym train: --data-mix applies to the action model's training, not to --adapter")
         return 2

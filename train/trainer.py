@@ -65,10 +65,16 @@ class TrainConfig:
     data_mix: tuple[float, ...] = ()  # share of each batch per --data collection (data_mix.py); () = uniform rows
     cut_chunks: bool = True  # drop chunk labels past a gripper disagreement or a lost object (chunk_cut.py)
     gripper_weight: float = 1.0  # weight of the gripper dim in the action loss (training.py `losses`; 1 = plain mean)
+    # the execution horizon the exported config.json declares (policies/checkpoints/replan_steps.py), so a recipe
+    # reproduces what eval and the demo run; None declares none. Export only: a run resumes with any value.
+    replan_steps: int | None = None
 
     def __post_init__(self) -> None:
         if not self.gripper_weight > 0:
             raise ValueError(f"--gripper-weight must be > 0, got {self.gripper_weight}")
+        if self.replan_steps is not None and (isinstance(self.replan_steps, bool) or not isinstance(self.replan_steps, int)
+                                              or self.replan_steps < 1):
+            raise ValueError(f"--replan-steps must be an int >= 1, got {self.replan_steps!r}")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ValueError(f"--ema-decay must be in [0, 1), got {self.ema_decay}")
         if not 0.0 <= self.color_jitter < 1.0:
@@ -80,7 +86,8 @@ class TrainConfig:
     def resume_key(self) -> dict:
         """Settings a resumed run must share with the run it continues."""
         d = asdict(self)
-        for k in ("steps", "checkpoint_every", "log_every", "device", "threads", "out", "monitor_rows", "snapshots"):
+        for k in ("steps", "checkpoint_every", "log_every", "device", "threads", "out", "monitor_rows", "snapshots",
+                  "replan_steps"):
             d.pop(k)
         for k in ("rtc_max_delay", "ema_decay", "color_jitter", "val_scenes", "data_mix"):
             if not d[k]:
@@ -131,7 +138,8 @@ def export(model, out: Path, stats, cfg: TrainConfig, step: int, dataset_info: d
            extra: dict | None = None) -> Path:
     """The trained model as a checkpoint folder of our own family, plus training.json (recipe, data, language task;
     paths relative to the run folder)."""
-    folder = save_pretrained(model, out / MODEL_DIR, stats, n_action_steps=model.config.action_horizon)
+    folder = save_pretrained(model, out / MODEL_DIR, stats, n_action_steps=model.config.action_horizon,
+                             replan_steps=cfg.replan_steps)
     recipe = {**asdict(cfg), "data": data_relative_to_run(cfg.data, out), "out": ".",
               "init": relative_to_run(cfg.init, out)}
     data = {**dataset_info, "path": data_relative_to_run(dataset_info.get("path"), out)}
@@ -196,6 +204,10 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         model = load_pretrained(cfg.init, device=cfg.device, dtype=torch.float32)
     else:
         model = build_model(PI05Config.named(cfg.config), seed=cfg.seed, device=cfg.device, dtype=torch.float32)
+    if cfg.replan_steps is not None and cfg.replan_steps > model.config.action_horizon:
+        # checked before training, not at the first export
+        raise ValueError(f"--replan-steps must be at most the model's action chunk ({model.config.action_horizon}), "
+                         f"got {cfg.replan_steps}")
     # a fine-tune keeps the statistics its weights were trained with (new data must not move the units); a built
     # model has none
     stats = saved["norm_stats"] if saved else (model.norm_stats or compute_norm_stats(demos))
