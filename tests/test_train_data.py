@@ -165,12 +165,18 @@ def test_the_declared_execution_horizon_is_exported_and_checked_before_training(
     assert declared_replan_steps(folder) == 5
     assert json.loads((folder / "training.json").read_text())["step"] == 2
     assert declared_replan_steps(train(TrainConfig(out=str(tmp_path / "n"), steps=1, **common), progress=False)) is None
-    with pytest.raises(ValueError, match="--replan-steps must be at most the model's action chunk"):
+    with pytest.raises(ValueError, match=r"--replan-steps must be an int in 1\.\.10 "):
         train(TrainConfig(out=str(tmp_path / "x"), steps=1, replan_steps=11, **common), progress=False)
     assert not (tmp_path / "x" / "train_state.pt").exists()
     for bad in (0, True, 2.5):
         with pytest.raises(ValueError, match="--replan-steps must be an int >= 1"):
             TrainConfig(out=str(tmp_path / "y"), replan_steps=bad, **common)
+    from oxygen_gym.cli import main
+
+    # an adapter has no action head to declare a horizon for: refused before anything is read
+    assert main(["train", "--adapter", "memory", "--data", str(data), "--out", str(tmp_path / "a"),
+                 "--replan-steps", "3"]) == 2
+    assert not (tmp_path / "a").exists()
 
 
 def test_a_reader_holding_the_file_open_delays_the_next_write_instead_of_failing_it(tmp_path):

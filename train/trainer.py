@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from oxygen_gym.model.pi05.config import PI05Config
 from oxygen_gym.model.pi05.init import build_model
-from oxygen_gym.model.pi05.loading import load_pretrained, save_pretrained
+from oxygen_gym.model.pi05.loading import check_replan_steps, load_pretrained, save_pretrained
 from oxygen_gym.model.tokenizer import tokenizer_for
 from oxygen_gym.model.pi05.training import losses
 
@@ -72,9 +72,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if not self.gripper_weight > 0:
             raise ValueError(f"--gripper-weight must be > 0, got {self.gripper_weight}")
-        if self.replan_steps is not None and (isinstance(self.replan_steps, bool) or not isinstance(self.replan_steps, int)
-                                              or self.replan_steps < 1):
-            raise ValueError(f"--replan-steps must be an int >= 1, got {self.replan_steps!r}")
+        if self.replan_steps is not None:
+            check_replan_steps(self.replan_steps, None, "--replan-steps")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ValueError(f"--ema-decay must be in [0, 1), got {self.ema_decay}")
         if not 0.0 <= self.color_jitter < 1.0:
@@ -204,10 +203,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         model = load_pretrained(cfg.init, device=cfg.device, dtype=torch.float32)
     else:
         model = build_model(PI05Config.named(cfg.config), seed=cfg.seed, device=cfg.device, dtype=torch.float32)
-    if cfg.replan_steps is not None and cfg.replan_steps > model.config.action_horizon:
-        # checked before training, not at the first export
-        raise ValueError(f"--replan-steps must be at most the model's action chunk ({model.config.action_horizon}), "
-                         f"got {cfg.replan_steps}")
+    if cfg.replan_steps is not None:  # checked before training, not at the first export
+        check_replan_steps(cfg.replan_steps, model.config.action_horizon, "--replan-steps")
     # a fine-tune keeps the statistics its weights were trained with (new data must not move the units); a built
     # model has none
     stats = saved["norm_stats"] if saved else (model.norm_stats or compute_norm_stats(demos))

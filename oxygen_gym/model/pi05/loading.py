@@ -288,8 +288,7 @@ def save_pretrained(
         config["n_action_steps"] = n_action_steps
     if replan_steps is not None:
         returned = config.get("n_action_steps", chunk)
-        if isinstance(replan_steps, bool) or not isinstance(replan_steps, int) or not 1 <= replan_steps <= returned:
-            raise ValueError(f"replan_steps must be an int in 1..{returned} (the actions returned), got {replan_steps!r}")
+        check_replan_steps(replan_steps, returned)
         config["replan_steps"] = replan_steps
     if normalization:
         unknown = sorted(set(normalization) - {"STATE", "ACTION"})
@@ -307,6 +306,14 @@ def save_pretrained(
             max_token_len=model.config.max_token_len,
         )
     return root
+
+
+def check_replan_steps(value: object, returned: int | None, field: str = "replan_steps") -> None:
+    """The rule for a declared execution horizon: an int >= 1, and at most the actions a call returns where that is
+    known (a training config is checked before its model exists, then again once it does)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1 or (returned is not None and value > returned):
+        bound = ">= 1 (actions executed per policy call)" if returned is None else f"in 1..{returned} (the actions returned)"
+        raise ValueError(f"{field} must be an int {bound}, got {value!r}")
 
 
 def _variant_name(dims: GemmaDims, default: str) -> str:
