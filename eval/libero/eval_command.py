@@ -80,6 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="execute the temporal ensemble of the overlapping chunks (ACT): each action the weighted mean "
                         "of every prediction made for its step, weights exp(-DECAY * i), i = 0 the oldest (ACT: "
                         "0.01; < 0 favours newer); default off")
+    g.add_argument("--open-confirm", type=int, default=None, metavar="N",
+                   help="execute a gripper open while the gripper is held closed only once N policy calls in a row "
+                        "ask for it (N >= 2; policies/gripper_latch.py); default off")
     g.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
     g.add_argument("--dtype", default=None, choices=DTYPES,
                    help="model dtype (default: float32 on CPU, bfloat16 on CUDA)")
@@ -154,6 +157,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         video=parse_video(args.video), render_every_step=args.render_every_step, out=str(args.out or "runs/eval"),
         fast_reset=args.fast_reset, live=args.live, execution=args.execution, handover=args.handover,
         queue_threshold=args.queue_threshold, noise_scale=args.noise_scale, replan=args.replan, ensemble=args.ensemble,
+        open_confirm=args.open_confirm,
         **ConventionOverrides.from_args(args).as_kwargs(CONVENTION_FIELDS),
     )
 

@@ -27,11 +27,12 @@ CONVENTION_FIELDS = tuple(n for n in ConventionOverrides.names()
 # The tokenizer is a path on this machine, not result-deciding: the other conventions are.
 RESULT_FIELDS = ("checkpoint", "robot", "mode", "decode_budget", "target_action_hz", "language_tasks", "protocol",
                  "max_steps", "fast_render", "dtype", "fast_reset", *(n for n in CONVENTION_FIELDS if n != "tokenizer"),
-                 "noise_scale", "replan", "ensemble", "live", "execution", "handover", "queue_threshold")
+                 "noise_scale", "replan", "ensemble", "open_confirm", "live", "execution", "handover", "queue_threshold")
 # A folder written before live control has none of the live fields: they compare equal to a run without --live.
 LIVE_DEFAULTS = {"live": None, "execution": None, "handover": None, "queue_threshold": None}
 # Every result field a folder written before it existed lacks, with the value such a run had.
-ABSENT_DEFAULTS = {**LIVE_DEFAULTS, "noise_scale": 1.0, "replan": None, "ensemble": None}
+ABSENT_DEFAULTS = {**LIVE_DEFAULTS, "noise_scale": 1.0, "replan": None, "ensemble": None,
+                   "open_confirm": None}
 
 
 @dataclass
@@ -61,6 +62,9 @@ class EvalConfig:
     replan: int | None = None
     # execute the temporal ensemble of overlapping chunks with this decay (policies/temporal_ensemble.py); None: off
     ensemble: float | None = None
+    # execute a gripper open while it is held closed only once this many calls in a row ask for it
+    # (policies/gripper_latch.py); None: off
+    open_confirm: int | None = None
     # live control (None: today's synchronous loop, the sim waits for the policy)
     live: str | None = None  # measured | fixed:MS | model:FILE[@POINT]
     execution: str | None = None  # with live: sync (default), async, rtc
@@ -200,6 +204,12 @@ def validate(cfg: EvalConfig) -> None:
         cfg.ensemble = check_decay(cfg.ensemble, "--ensemble")
         if cfg.live is not None:
             raise ValueError("--ensemble and --live: live execution merges chunks itself (--handover); give one")
+    if cfg.open_confirm is not None:
+        from oxygen_gym.policies.gripper_latch import check_confirm
+
+        check_confirm(cfg.open_confirm, "--open-confirm")
+        if cfg.live is not None:
+            raise ValueError("--open-confirm and --live: the latch counts calls of a fixed replan interval; give one")
     validate_live(cfg)
 
 

@@ -79,6 +79,10 @@ class EpisodeWorker:
                 from oxygen_gym.policies.temporal_ensemble import TemporalEnsemble
 
                 self.policy = TemporalEnsemble(self.policy, replan=self.replan(), decay=cfg.ensemble)
+            if cfg.open_confirm is not None:  # on what is executed: after the ensemble
+                from oxygen_gym.policies.gripper_latch import GripperOpenLatch
+
+                self.policy = GripperOpenLatch(self.policy, replan=self.replan(), confirm=cfg.open_confirm)
         return self.policy
 
     def convention_kwargs(self) -> dict:
@@ -209,6 +213,8 @@ class EpisodeWorker:
             "video": video,
             "error": None,
             **({"live": r["live"]} if self.config.live is not None else {}),
+            # calls whose gripper open the latch held back (policies/gripper_latch.py)
+            **({"open_suppressed_calls": self.policy.suppressed_calls} if self.config.open_confirm is not None else {}),
             "wall_s": wall_s,
             "worker": f"{socket.gethostname()}:{os.getpid()}",
             "finished_at": _now(),

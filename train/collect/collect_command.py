@@ -52,6 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --dagger and --dagger-beta 0: execute the temporal ensemble of the driving policy's "
                              "overlapping chunks, weights exp(-DECAY * i), i = 0 the oldest (ACT uses 0.01, < 0 favours newer; "
                              "policies/temporal_ensemble.py)")
+    parser.add_argument("--dagger-open-confirm", type=int, default=None, metavar="N",
+                        help="with --dagger and --dagger-beta 0: execute a gripper open while the gripper is held "
+                             "closed only once N calls of the driving policy in a row ask for it (N >= 2; "
+                             "policies/gripper_latch.py)")
     parser.add_argument("--perturb", type=float, default=0.0, metavar="RATE",
                         help="perturbed demos: the state expert drives and labels; in variants > 0 each chunk starts, "
                              "with this probability, a push of several cm or a flipped gripper command it must "
@@ -102,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
             noise_std=args.noise_std, protocol=args.protocol, camera_size=args.camera_size,
             fast_render=not args.no_fast_render, workers=args.workers,
             dagger_checkpoint=args.dagger, dagger_beta=args.dagger_beta, dagger_noise_scale=args.dagger_noise_scale,
-            dagger_ensemble=args.dagger_ensemble,
+            dagger_ensemble=args.dagger_ensemble, dagger_open_confirm=args.dagger_open_confirm,
             perturb_rate=args.perturb,
             max_settle_m=None if args.max_settle_cm is None else args.max_settle_cm / 100,
             release_xy_m=None if args.release_xy_cm is None else args.release_xy_cm / 100,
