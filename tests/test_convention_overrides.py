@@ -71,12 +71,13 @@ def test_the_eval_config_records_the_overrides_under_their_own_names():
     assert RESULT_FIELDS == ("checkpoint", "robot", "mode", "decode_budget", "target_action_hz", "language_tasks",
                              "protocol", "max_steps", "fast_render", "dtype", "fast_reset", "norm_stats", "asset_id",
                              "camera_map", "discrete_state", "action_horizon", "family", "noise_scale",
-                             "replan", "ensemble", "open_confirm", "live", "execution", "handover", "queue_threshold")
+                             "replan", "ensemble", "open_confirm", "lift_scale", "live", "execution", "handover", "queue_threshold")
     assert set(LIVE_DEFAULTS) == set(RESULT_FIELDS[-4:]) and all(v is None for v in LIVE_DEFAULTS.values())
     # a folder from before --noise-scale sampled at 1, one from before --replan ran the protocol's replan, one from
-    # before --ensemble executed chunks without ensembling, one from before --open-confirm without the latch
+    # before --ensemble executed chunks without ensembling, one from before --open-confirm without the latch, one
+    # from before --lift-scale without the slow lift
     assert ABSENT_DEFAULTS == {**LIVE_DEFAULTS, "noise_scale": 1.0, "replan": None, "ensemble": None,
-                               "open_confirm": None}
+                               "open_confirm": None, "lift_scale": None}
     cfg = EvalConfig(protocol="lerobot", norm_stats="identity", camera_map={"base": "image"})
     assert cfg.overrides() == ConventionOverrides(norm_stats="identity", camera_map={"base": "image"},
                                                   image_resize="torch")

@@ -83,6 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--open-confirm", type=int, default=None, metavar="N",
                    help="execute a gripper open while the gripper is held closed only once N policy calls in a row "
                         "ask for it (N >= 2; policies/gripper_latch.py); default off")
+    g.add_argument("--lift-scale", type=float, default=None, metavar="FRAC",
+                   help="multiply upward commands by FRAC in (0, 1] wherever the gripper closes "
+                        "(policies/slow_lift.py); default off")
     g.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
     g.add_argument("--dtype", default=None, choices=DTYPES,
                    help="model dtype (default: float32 on CPU, bfloat16 on CUDA)")
@@ -157,7 +160,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         video=parse_video(args.video), render_every_step=args.render_every_step, out=str(args.out or "runs/eval"),
         fast_reset=args.fast_reset, live=args.live, execution=args.execution, handover=args.handover,
         queue_threshold=args.queue_threshold, noise_scale=args.noise_scale, replan=args.replan, ensemble=args.ensemble,
-        open_confirm=args.open_confirm,
+        open_confirm=args.open_confirm, lift_scale=args.lift_scale,
         **ConventionOverrides.from_args(args).as_kwargs(CONVENTION_FIELDS),
     )
 

@@ -27,12 +27,13 @@ CONVENTION_FIELDS = tuple(n for n in ConventionOverrides.names()
 # The tokenizer is a path on this machine, not result-deciding: the other conventions are.
 RESULT_FIELDS = ("checkpoint", "robot", "mode", "decode_budget", "target_action_hz", "language_tasks", "protocol",
                  "max_steps", "fast_render", "dtype", "fast_reset", *(n for n in CONVENTION_FIELDS if n != "tokenizer"),
-                 "noise_scale", "replan", "ensemble", "open_confirm", "live", "execution", "handover", "queue_threshold")
+                 "noise_scale", "replan", "ensemble", "open_confirm", "lift_scale", "live", "execution", "handover",
+                 "queue_threshold")
 # A folder written before live control has none of the live fields: they compare equal to a run without --live.
 LIVE_DEFAULTS = {"live": None, "execution": None, "handover": None, "queue_threshold": None}
 # Every result field a folder written before it existed lacks, with the value such a run had.
 ABSENT_DEFAULTS = {**LIVE_DEFAULTS, "noise_scale": 1.0, "replan": None, "ensemble": None,
-                   "open_confirm": None}
+                   "open_confirm": None, "lift_scale": None}
 
 
 @dataclass
@@ -65,6 +66,8 @@ class EvalConfig:
     # execute a gripper open while it is held closed only once this many calls in a row ask for it
     # (policies/gripper_latch.py); None: off
     open_confirm: int | None = None
+    # the factor on upward commands while the gripper closes (policies/slow_lift.py); None: off (as is 1)
+    lift_scale: float | None = None
     # live control (None: today's synchronous loop, the sim waits for the policy)
     live: str | None = None  # measured | fixed:MS | model:FILE[@POINT]
     execution: str | None = None  # with live: sync (default), async, rtc
@@ -210,6 +213,10 @@ def validate(cfg: EvalConfig) -> None:
         check_confirm(cfg.open_confirm, "--open-confirm")
         if cfg.live is not None:
             raise ValueError("--open-confirm and --live: the latch counts calls of a fixed replan interval; give one")
+    if cfg.lift_scale is not None:
+        from oxygen_gym.policies.slow_lift import check_lift_scale
+
+        cfg.lift_scale = check_lift_scale(cfg.lift_scale, "--lift-scale")
     validate_live(cfg)
 
 

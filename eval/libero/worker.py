@@ -79,6 +79,10 @@ class EpisodeWorker:
                 from oxygen_gym.policies.temporal_ensemble import TemporalEnsemble
 
                 self.policy = TemporalEnsemble(self.policy, replan=self.replan(), decay=cfg.ensemble)
+            if cfg.lift_scale is not None and cfg.lift_scale != 1:
+                from oxygen_gym.policies.slow_lift import SlowLift
+
+                self.policy = SlowLift(self.policy, scale=cfg.lift_scale)
             if cfg.open_confirm is not None:  # on what is executed: after the ensemble
                 from oxygen_gym.policies.gripper_latch import GripperOpenLatch
 
