@@ -1,11 +1,12 @@
 """Confirm a gripper open across policy calls before executing it, so one call's stray "open" cannot drop a held object.
 
 On LIBERO the shipped policy's failures are mostly a bowl let go mid-carry, nearly always within a few steps of an
-"open" command (docs/libero-spatial.md). Such an open is usually one call's outlier: the next call, a few steps later,
-asks to close again, but by then the fingers have parted. The latch executes an open while the gripper is held
-closed only once the policy has asked for it in `confirm` calls in a row; until then the call's opening commands
-are replaced by the closing command last executed. It reads nothing but the policy's own executed commands, so it
-works the same in eval, on a robot and in a DAgger rollout. A real release is delayed by `confirm - 1` calls.
+"open" command. If such an open were one call's outlier, waiting for the next call would keep the bowl. The latch
+executes an open while the gripper is held closed only once the policy has asked for it in `confirm` calls in a row;
+until then the call's opening commands are replaced by the closing command last executed. It reads nothing but the
+policy's own executed commands, so it works the same in eval, on a robot and in a DAgger rollout. A real release is
+delayed by `confirm - 1` calls. On the shipped model it measured worse (docs/libero-spatial.md, "A latched open"):
+delayed releases missed the plate, and held closed the slipping bowl fell anyway. So it is an option, off by default.
 
 robosuite's Panda gripper moves by the sign of its command, -1 opening and +1 closing
 (robosuite/models/grippers/panda_gripper.py, PandaGripper.format_action): a command < 0 is an open.

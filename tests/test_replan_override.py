@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from eval_episode import run_one_episode
 from results_resume import assert_older_folder_resumes
 
 from oxygen_gym.eval.libero.eval_command import add_arguments, config_from_args
@@ -38,16 +39,7 @@ def test_eval_takes_replan_and_an_older_folder_resumes_as_the_protocols(tmp_path
 
 @pytest.mark.timeout(600)
 def test_an_eval_episode_asks_the_policy_every_replan_actions(tmp_path):
-    pytest.importorskip("libero")
-    from oxygen_gym.cli import main
-
-    out = tmp_path / "run"
-    argv = ["eval", "libero", "--suite", "libero_spatial", "--tasks", "0", "--init-states", "0", "--max-steps", "6",
-            "--replan", "2", "--checkpoint", "tiny", "--out", str(out), "--no-progress", "--fast-reset",
-            "--fast-render"]
-    assert main(argv) in (0, 1)
-    (record,) = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
-    assert record["status"] == "ok" and record["steps"] == 6
+    record, _ = run_one_episode(tmp_path / "run", "--replan", "2", max_steps=6)
     assert (record["replan"], record["calls"]) == (2, 3)  # the protocol's 5 would have asked twice
 
 

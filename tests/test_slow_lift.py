@@ -2,14 +2,13 @@
 everything else as the policy asked; recorded among eval's result-deciding fields."""
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
 from oxygen_gym.eval.libero.eval_config import EvalConfig
 from oxygen_gym.eval.libero.worker import EpisodeWorker
 from oxygen_gym.policies.slow_lift import SlowLift
+from eval_episode import run_one_episode
 from results_resume import assert_older_folder_resumes
 
 
@@ -64,14 +63,5 @@ def test_an_older_eval_folder_resumes_without_the_slow_lift(tmp_path):
 
 @pytest.mark.timeout(600)
 def test_an_eval_episode_runs_with_the_slow_lift(tmp_path):
-    pytest.importorskip("libero")
-    from oxygen_gym.cli import main
-
-    out = tmp_path / "run"
-    argv = ["eval", "libero", "--suite", "libero_spatial", "--tasks", "0", "--init-states", "0", "--max-steps", "4",
-            "--checkpoint", "tiny", "--lift-scale", "0.5", "--out", str(out), "--no-progress", "--fast-reset",
-            "--fast-render"]
-    assert main(argv) in (0, 1)
-    (record,) = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
-    assert record["status"] == "ok" and record["steps"] == 4
-    assert json.loads((out / "config.json").read_text())["lift_scale"] == 0.5
+    _, config = run_one_episode(tmp_path / "run", "--lift-scale", "0.5")
+    assert config["lift_scale"] == 0.5

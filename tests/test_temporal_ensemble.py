@@ -2,8 +2,6 @@
 a (calls x steps x action_dim) table of every prediction, each executed action the weighted mean of its column."""
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -11,6 +9,7 @@ from oxygen_gym.eval.libero.eval_config import EvalConfig
 from oxygen_gym.eval.libero.worker import EpisodeWorker
 from oxygen_gym.policies.temporal_ensemble import TemporalEnsemble
 from oxygen_gym.train.collect.collector import CollectConfig
+from eval_episode import run_one_episode
 from results_resume import assert_older_folder_resumes
 
 
@@ -140,14 +139,5 @@ def test_eval_wraps_its_policy_with_the_run_interval():
 
 @pytest.mark.timeout(600)
 def test_an_eval_episode_runs_ensembled(tmp_path):
-    pytest.importorskip("libero")
-    from oxygen_gym.cli import main
-
-    out = tmp_path / "run"
-    argv = ["eval", "libero", "--suite", "libero_spatial", "--tasks", "0", "--init-states", "0", "--max-steps", "4",
-            "--checkpoint", "tiny", "--replan", "1", "--ensemble", "0.01", "--out", str(out), "--no-progress",
-            "--fast-reset", "--fast-render"]
-    assert main(argv) in (0, 1)
-    (record,) = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
-    assert record["status"] == "ok" and (record["steps"], record["calls"]) == (4, 4)
-    assert json.loads((out / "config.json").read_text())["ensemble"] == 0.01
+    record, config = run_one_episode(tmp_path / "run", "--replan", "1", "--ensemble", "0.01")
+    assert record["calls"] == 4 and config["ensemble"] == 0.01

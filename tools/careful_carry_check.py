@@ -19,10 +19,10 @@ import argparse
 import json
 
 import numpy as np
+from gripper_vote_check import fresh_check_config
 
 from oxygen_gym.policies.slow_lift import SlowLift
 from oxygen_gym.train.collect import collector
-from oxygen_gym.train.collect.collect_command import parse_range
 from oxygen_gym.train.collect.dagger import policy_for
 from oxygen_gym.train.open_loop import GRIPPER_DIM
 
@@ -56,11 +56,8 @@ def main() -> None:
         parser.error(f"--scale must be in (0, 1], got {args.scale}")
     wrap = (lambda p: SlowLift(p, scale=args.scale)) if args.up_only else (lambda p: SlowWhileClosed(p, args.scale))
     collector.policy_for = lambda checkpoint, protocol, noise_scale=1.0: wrap(policy_for(checkpoint, protocol, noise_scale))
-    cfg = collector.CollectConfig(suite="libero_spatial", tasks=(0,), init_states=(),
-                                  fresh_scenes=parse_range(args.fresh_scenes, "--fresh-scenes"), variants=1,
-                                  fast_render=False, workers=1, dagger_checkpoint=args.checkpoint, dagger_beta=0.0,
-                                  max_settle_m=0.05, replan=args.replan)
-    print(json.dumps(collector.collect(cfg, args.out, progress=True)))
+    print(json.dumps(collector.collect(fresh_check_config(args.checkpoint, args.fresh_scenes, args.replan), args.out,
+                                       progress=True)))
 
 
 if __name__ == "__main__":

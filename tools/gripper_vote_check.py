@@ -57,6 +57,16 @@ class GripperVote:
         return out, []
 
 
+def fresh_check_config(checkpoint: str, fresh_scenes: str, replan: int | None) -> collector.CollectConfig:
+    """The fresh-scene check of docs/libero-spatial.md as a collection: `checkpoint` drives alone (DAgger, beta 0) on
+    libero_spatial task 0's `fresh_scenes`, one variant, full render, draws that threw an object > 5 cm skipped, one
+    worker in this process (so a patched `collector.policy_for` holds)."""
+    return collector.CollectConfig(suite="libero_spatial", tasks=(0,), init_states=(),
+                                   fresh_scenes=parse_range(fresh_scenes, "--fresh-scenes"), variants=1,
+                                   fast_render=False, workers=1, dagger_checkpoint=checkpoint, dagger_beta=0.0,
+                                   max_settle_m=0.05, replan=replan)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", required=True)
@@ -73,11 +83,8 @@ def main() -> None:
         parser.error(f"--open-votes must be between 1 and --samples ({args.samples}), got {args.open_votes}")
     collector.policy_for = lambda checkpoint, protocol, noise_scale=1.0: GripperVote(
         policy_for(checkpoint, protocol, noise_scale), args.samples, args.open_votes)
-    cfg = collector.CollectConfig(suite="libero_spatial", tasks=(0,), init_states=(),
-                                  fresh_scenes=parse_range(args.fresh_scenes, "--fresh-scenes"), variants=1,
-                                  fast_render=False, workers=1, dagger_checkpoint=args.checkpoint, dagger_beta=0.0,
-                                  max_settle_m=0.05, replan=args.replan)
-    print(json.dumps(collector.collect(cfg, args.out, progress=True)))
+    print(json.dumps(collector.collect(fresh_check_config(args.checkpoint, args.fresh_scenes, args.replan), args.out,
+                                       progress=True)))
 
 
 if __name__ == "__main__":
