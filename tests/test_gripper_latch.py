@@ -118,3 +118,13 @@ def test_an_eval_episode_runs_latched(tmp_path):
     record, config = run_one_episode(tmp_path / "run", "--replan", "2", "--open-confirm", "2")
     assert record["calls"] == 2 and config["open_confirm"] == 2
     assert record["open_suppressed_calls"] in (0, 1)  # 2 calls: at most the second asks while held
+
+
+def test_once_released_the_gripper_is_open_and_nothing_is_held():
+    """After a confirmed open the gripper is open: a later open passes at once, even after a call that moved nothing
+    (a zero command leaves the gripper as it was)."""
+    script = [chunk_of([1] * 3, 1), chunk_of([-1] * 3, -1), chunk_of([-1] * 3, -1), chunk_of([0] * 3, 0),
+              chunk_of([-1] * 3, -1)]
+    out, latch = run(script)
+    assert latch.suppressed_calls == 1
+    np.testing.assert_array_equal(out[4][:, 6], np.float32(script[4]))
