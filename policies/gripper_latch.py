@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from .temporal_ensemble import check_replan_interval
+
 LIBERO_GRIPPER_DIM = 6  # LIBERO's 7-d action: 3 position, 3 rotation, gripper
 
 
@@ -37,9 +39,7 @@ class GripperOpenLatch:
     """
 
     def __init__(self, policy: Any, *, replan: int, confirm: int = 2, gripper_dim: int = LIBERO_GRIPPER_DIM) -> None:
-        if isinstance(replan, bool) or not isinstance(replan, int) or replan < 1:
-            raise ValueError(f"replan must be an int >= 1 (actions executed per call), got {replan!r}")
-        self.policy, self.replan, self.confirm = policy, replan, check_confirm(confirm)
+        self.policy, self.replan, self.confirm = policy, check_replan_interval(replan), check_confirm(confirm)
         self.gripper_dim = gripper_dim
         self._clear()
 

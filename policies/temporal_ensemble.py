@@ -27,6 +27,13 @@ def check_decay(decay: Any, name: str = "ensemble") -> float:
     return float(decay)
 
 
+def check_replan_interval(replan: Any) -> int:
+    """Actions the caller executes of each returned chunk, for the wrappers that track what ran: an int >= 1."""
+    if isinstance(replan, bool) or not isinstance(replan, int) or replan < 1:
+        raise ValueError(f"replan must be an int >= 1 (actions executed per call), got {replan!r}")
+    return replan
+
+
 class TemporalEnsemble:
     """Wraps a policy whose `act(obs)` returns (horizon, action_dim) actions and of which the caller executes the
     first `replan` per call: `act` returns the chunk whose step j is the ensemble of every prediction made so far
@@ -35,9 +42,7 @@ class TemporalEnsemble:
     """
 
     def __init__(self, policy: Any, *, replan: int, decay: float = DEFAULT_DECAY) -> None:
-        if isinstance(replan, bool) or not isinstance(replan, int) or replan < 1:
-            raise ValueError(f"replan must be an int >= 1 (actions executed per call), got {replan!r}")
-        self.policy, self.replan, self.decay = policy, replan, check_decay(decay)
+        self.policy, self.replan, self.decay = policy, check_replan_interval(replan), check_decay(decay)
         self._chunks: deque[tuple[int, np.ndarray]] = deque()  # (first step it predicts, chunk), oldest first
         self._step = 0  # the control step the next call's chunk starts at
 

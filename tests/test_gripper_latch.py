@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from eval_episode import run_one_episode
+from results_resume import assert_older_folder_resumes
 
 from oxygen_gym.eval.libero.eval_config import EvalConfig
 from oxygen_gym.eval.libero.worker import EpisodeWorker
 from oxygen_gym.policies.gripper_latch import GripperOpenLatch
 from oxygen_gym.train.collect.collector import CollectConfig
-from eval_episode import run_one_episode
-from results_resume import assert_older_folder_resumes
 
 REPLAN, HORIZON = 3, 10
 

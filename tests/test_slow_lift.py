@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from eval_episode import run_one_episode
+from results_resume import assert_older_folder_resumes
 
 from oxygen_gym.eval.libero.eval_config import EvalConfig
 from oxygen_gym.eval.libero.worker import EpisodeWorker
 from oxygen_gym.policies.slow_lift import SlowLift
-from eval_episode import run_one_episode
-from results_resume import assert_older_folder_resumes
 
 
 class FixedChunk:

@@ -8,8 +8,8 @@ run as the policy asked. With `--up-only` only upward commands (dim 2 > 0) are s
 expert's `--lift-speed`, with the carry across and the lowering over the plate at the policy's own speed; that is
 policies/slow_lift.py `SlowLift`, eval's `--lift-scale`. The fresh-scene check of docs/libero-spatial.md otherwise
 (`oxygen-gym collect libero ... --dagger CHECKPOINT --dagger-beta 0`: the policy alone, eval's openpi loop, full
-render). One worker in this process,
-so the patched driver holds; run several ranges side by side, each with its own `--out`. Not in CI, not a feature.
+render). One worker in this process, so the patched driver holds; run several ranges side by side, each with its own
+`--out`. Not in CI, not a feature.
 
     python tools/careful_carry_check.py --checkpoint libero-spatial --scale 0.5 --replan 3 --fresh-scenes 1000-1025 --out data/fc-carry05-1000-1025
 """
