@@ -71,12 +71,13 @@ $(VENV_MIN)/.installed: pyproject.toml Makefile
 # of libero_spatial task 0 on fresh scenes 0-89 (scenes whose draw threw an object > 5 cm dropped; every official init
 # state held out), then the `compact` config for 5,000 steps (its last checkpoint has the lowest validation error,
 # train/checkpoint_monitor.py best_step), exported declaring replan_steps 3 (docs/libero-spatial.md, "A shorter
-# execution horizon"). No DAgger fine-tune: on the same fresh scenes one made the model worse.
+# execution horizon") and a deterministic arm with a sampled gripper, noise_scale [0,0,0,0,0,0,1] ("A deterministic
+# arm"). No DAgger fine-tune: on the same fresh scenes one made the model worse.
 # Every step resumes when rerun; the result replaces oxygen_gym/assets/libero-spatial/ (keeping its memory adapter
 # folder, retrained by the next recipe).
 DATA ?= data/libero-spatial
 RUN ?= runs/train-libero-spatial
-TRAIN_FLAGS := --batch-size 32 --ema-decay 0.999 --color-jitter 0.1 --shift 4 --val-scenes 0-3 --checkpoint-every 500 --threads 2 --replan-steps 3
+TRAIN_FLAGS := --batch-size 32 --ema-decay 0.999 --color-jitter 0.1 --shift 4 --val-scenes 0-3 --checkpoint-every 500 --threads 2 --replan-steps 3 --noise-scale 0,0,0,0,0,0,1
 libero-spatial: install
 	$(BIN)/oxygen-gym collect libero --suite libero_spatial --tasks 0 --fresh-scenes 0-89 --variants 2 --perturb 0.15 --max-settle-cm 5 --no-fast-render --workers 2 --out $(DATA)
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/oxygen-gym train --data $(DATA) --config compact --steps 5000 $(TRAIN_FLAGS) --out $(RUN)

@@ -26,7 +26,7 @@ from oxygen_gym.engine.model_api import EngineModel
 from . import normalize, pi05_io, starvla_io, task_adapters, xr0_io  # noqa: F401 - the *_io modules register their family (model_io.py)
 from .inputs import check_observation
 from .language import LanguageTask, LanguageUpdate, TextStream
-from .action_noise import check_noise_scale
+from .action_noise import NoiseScale, check_noise_scale, noise_multiplier
 from .model_io import ModelIO, builtin_names, checkpoint_family, family_of_builtin, io_for
 from .robots import RobotSpec, get_robot
 from .rtc_inputs import check_delay, check_prev_actions, chunk_guidance
@@ -80,7 +80,7 @@ class MultiTaskPolicy:
         rtc: RTCConfig | None = None,
         adapters: dict | None = None,
         merge_adapters: list | None = None,
-        noise_scale: float = 1.0,
+        noise_scale: NoiseScale | list[float] = 1.0,
     ) -> None:
         """`action_horizon`: actions act() returns (default: the robot's); `chunk`: actions denoised (default
         `action_horizon`; a checkpoint's own chunk via from_pretrained). `heads`: the action heads act() runs and
@@ -92,7 +92,8 @@ class MultiTaskPolicy:
         engine/rtc.py; default `RTCConfig()`). `adapters`: per-task LoRA adapters, name -> PEFT folder (a task names
         one with `LanguageTask(adapter=)`); `merge_adapters`: PEFT folders over the whole model, merged into the
         weights first (policies/task_adapters.py). `noise_scale`: scale of the flow-matching heads' starting noise
-        (policies/action_noise.py: 1 = the reference sampler, 0 = one deterministic chunk per observation)."""
+        (policies/action_noise.py: 1 = the reference sampler, 0 = one deterministic chunk per observation), or one
+        scale per action dimension (a head's first n dims; the rest keep 1)."""
         self.robot = robot if isinstance(robot, RobotSpec) else get_robot(robot)
         if mode not in POLICY_MODES:
             raise ValueError(f"mode: unknown mode {mode!r}; expected one of {POLICY_MODES}")
@@ -126,6 +127,8 @@ class MultiTaskPolicy:
         first = next(iter(model_heads))  # the model's own first head denoises `chunk`; others at most their horizon
         self.head_chunks = {h: self.chunk if h == first else min(self.chunk, model_heads[h].horizon) for h in self.action_heads}
         self._head_dims = {h: model_heads[h].action_dim for h in self.action_heads}
+        for h in self.action_heads:  # a per-dimension scale longer than a head is an error now, not at the first act()
+            noise_multiplier(self.noise_scale, self._head_dims[h], h)
         self.num_steps = int(num_steps) if num_steps else None  # None: each head's own steps
         self.budget = make_budget(
             decode_budget, target_action_hz=target_action_hz, horizon=self.horizon, language_deadline_s=language_deadline_s
@@ -223,13 +226,16 @@ class MultiTaskPolicy:
         files by the registry (policies/model_io.py `checkpoint_family`; `family=` names it instead). A
         checkpoint's cameras, normalisation, chunk, prompt format and tokenizer are resolved before its weights load,
         as its authors' own eval does; every guess is a `CheckpointGuessWarning` naming the argument that overrides
-        it (`oxygen-gym inspect` lists them). A StarVLA run folder (`starvla`: config.yaml + checkpoints/) takes
-        `vlm_config=` (its backbone's folder, when not in the Hugging Face cache) and `heads=` (load only these)."""
+        it (`oxygen-gym inspect` lists them). `noise_scale=` (None or absent: the checkpoint's config.json
+        `noise_scale`, else 1; policies/checkpoints/noise_scale.py) goes to the constructor. A StarVLA run folder
+        (`starvla`: config.yaml + checkpoints/) takes `vlm_config=` (its backbone's folder, when not in the Hugging
+        Face cache) and `heads=` (load only these)."""
         import warnings
 
         from oxygen_gym.model.pi05.init import default_dtype
 
         from .checkpoints import CheckpointGuessWarning, ConventionOverrides, checkpoint_root
+        from .checkpoints.noise_scale import resolved_noise_scale
 
         if mode not in POLICY_MODES:
             raise ValueError(f"mode: unknown mode {mode!r}; expected one of {POLICY_MODES}")
@@ -242,12 +248,16 @@ class MultiTaskPolicy:
         kwargs["heads"] = heads  # the heads act() runs (a StarVLA checkpoint also loads only these)
         dev = torch.device(device)
         dtype = dtype or default_dtype(dev)
+        if kwargs.get("noise_scale", 0) is None:
+            del kwargs["noise_scale"]  # None: the checkpoint's declaration, else the reference sampler
         if isinstance(name_or_path, str) and name_or_path in builtin_names():
             return cls._builtin(
                 name_or_path, robot_spec, dev, dtype, overrides, seed=seed, tasks=tasks, decode_budget=decode_budget,
                 target_action_hz=target_action_hz, language_deadline_s=language_deadline_s, mode=mode, **kwargs,
             )
         root = checkpoint_root(name_or_path, overrides.revision)
+        if "noise_scale" not in kwargs:  # config.json's own sampling noise (policies/checkpoints/noise_scale.py)
+            kwargs["noise_scale"] = resolved_noise_scale(root, None)
         model, tok, family_kwargs, conv = checkpoint_family(root, overrides.family).load(
             root, robot_spec, overrides, dev, dtype
         )
@@ -279,12 +289,13 @@ class MultiTaskPolicy:
 
     def frame_noise(self, frame: int) -> dict[str, torch.Tensor]:
         """Each head's noise `[1, chunk, action_dim]` for `frame`, from a generator seeded by (seed, frame, head),
-        times `noise_scale`."""
+        times `noise_scale` (per action dimension where it is a sequence)."""
         out = {}
         for h in self.action_heads:
             gen = torch.Generator().manual_seed(head_noise_seed(self.seed, frame, h))
             noise = torch.randn(1, self.head_chunks[h], self._head_dims[h], generator=gen)
-            out[h] = (noise * self.noise_scale).to(self.model.device)  # x 1.0 is exact: the reference sampler
+            scale = noise_multiplier(self.noise_scale, self._head_dims[h], h)
+            out[h] = (noise * scale).to(self.model.device)  # x 1.0 is exact: the reference sampler
         return out
 
     def act(

@@ -29,7 +29,7 @@ def _actions(seed: int, noise_scale: float | None, steps: int = 2) -> list[np.nd
         policy.close()
 
 
-@pytest.mark.parametrize("bad", [-0.5, float("nan"), float("inf"), "half", None])
+@pytest.mark.parametrize("bad", [-0.5, float("nan"), float("inf"), "half", True, [0.0, -1.0], [0.0, "x"]])
 def test_a_bad_scale_is_refused_naming_the_field(bad):
     with pytest.raises(ValueError, match="noise_scale must be a number >= 0"):
         check_noise_scale(bad)
@@ -73,7 +73,7 @@ def test_eval_takes_the_scale_and_an_older_folder_resumes_as_scale_one(tmp_path)
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     assert config_from_args(parser.parse_args(["libero", "--noise-scale", "0"])).noise_scale == 0.0
-    assert config_from_args(parser.parse_args(["libero"])).noise_scale == 1.0
+    assert config_from_args(parser.parse_args(["libero"])).noise_scale is None  # the checkpoint's, resolved by run_eval
     with pytest.raises(ValueError, match="--noise-scale"):
         EvalConfig(noise_scale=-1)
     from oxygen_gym.eval.libero.worker import EpisodeWorker
@@ -84,7 +84,8 @@ def test_eval_takes_the_scale_and_an_older_folder_resumes_as_scale_one(tmp_path)
     finally:
         worker.policy.close()
 
-    assert_older_folder_resumes(tmp_path, "noise_scale", {"noise_scale": 0.0}, "noise_scale was None, now 0.0")
+    assert_older_folder_resumes(tmp_path, "noise_scale", {"noise_scale": 0.0}, "noise_scale was None, now 0.0",
+                                base={"noise_scale": 1.0})
 
 
 def test_dagger_collection_takes_the_scale():

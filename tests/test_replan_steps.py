@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from oxygen_gym.eval.libero.eval_config import EvalConfig
-from oxygen_gym.eval.libero.eval_loop import check_resumable, with_declared_replan
+from oxygen_gym.eval.libero.eval_config import with_declared_replan
+from oxygen_gym.eval.libero.eval_loop import check_resumable
 from oxygen_gym.eval.libero.results import ResultsError, ResultsFolder
 from oxygen_gym.eval.libero.worker import EpisodeWorker
 from oxygen_gym.model import CheckpointError, CheckpointNotFoundError, NormStats, build_model, save_pretrained

@@ -179,6 +179,30 @@ def test_the_declared_execution_horizon_is_exported_and_checked_before_training(
     assert not (tmp_path / "a").exists()
 
 
+def test_the_declared_noise_scale_is_exported_and_checked_before_training(tmp_path):
+    from oxygen_gym.cli import main
+    from oxygen_gym.policies.checkpoints.noise_scale import declared_noise_scale
+
+    data = tmp_path / "data"
+    _write_data(data, n=1)
+    common = dict(data=str(data), batch_size=2, warmup=1, checkpoint_every=1, threads=1, device="cpu")
+    folder = train(TrainConfig(out=str(tmp_path / "m"), steps=1, noise_scale=[0, 0, 0, 0, 0, 0, 1], **common),
+                   progress=False)
+    assert declared_noise_scale(folder) == (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0)
+    assert json.loads((folder / "training.json").read_text())["train_config"]["noise_scale"] == [0, 0, 0, 0, 0, 0, 1]
+    folder = train(TrainConfig(out=str(tmp_path / "m"), steps=2, noise_scale=0.5, **common), progress=False)
+    assert declared_noise_scale(folder) == 0.5  # export only: the run resumed and rewrote it
+    assert declared_noise_scale(train(TrainConfig(out=str(tmp_path / "n"), steps=1, **common), progress=False)) is None
+    with pytest.raises(ValueError, match="40 scales but head 'actions' has 32 action dims"):
+        train(TrainConfig(out=str(tmp_path / "x"), steps=1, noise_scale=[1.0] * 40, **common), progress=False)
+    assert not (tmp_path / "x" / "train_state.pt").exists()
+    with pytest.raises(ValueError, match="--noise-scale must be a number >= 0"):
+        TrainConfig(out=str(tmp_path / "y"), noise_scale=-1, **common)
+    assert main(["train", "--adapter", "memory", "--data", str(data), "--out", str(tmp_path / "a"),
+                 "--noise-scale", "0,1"]) == 2
+    assert not (tmp_path / "a").exists()
+
+
 def test_a_reader_holding_the_file_open_delays_the_next_write_instead_of_failing_it(tmp_path):
     """HDF5 locks a file while any process reads it; a user looking into a collection mid-run must not kill it."""
     import subprocess

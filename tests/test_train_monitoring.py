@@ -165,6 +165,9 @@ def test_open_loop_samples_with_the_noise_scale_it_is_given():
     ds = DemoDataset(demos, cfg, tok, "What is the robot doing?", stats, progress=False)
     assert open_loop_metrics(model, ds, rows, seed=3, batch_size=2, noise_scale=0.0)["mse_exec"] < 1e-9
     assert open_loop_metrics(model, ds, rows, seed=3, batch_size=2, noise_scale=1.0)["mse_exec"] > 1e-3
+    # one scale per dim: zeros on every dim is scale 0; noise on the padding alone (past the 7 scored dims) is not
+    assert open_loop_metrics(model, ds, rows, seed=3, batch_size=2, noise_scale=(0.0,) * 32)["mse_exec"] < 1e-9
+    assert open_loop_metrics(model, ds, rows, seed=3, batch_size=2, noise_scale=(0.0,) * 7)["mse_exec"] > 1e-6
     with pytest.raises(ValueError, match="noise_scale"):
         open_loop_metrics(model, ds, rows, noise_scale=-1.0)
 

@@ -19,7 +19,7 @@ from collections import defaultdict
 
 import torch
 
-from oxygen_gym.policies.action_noise import check_noise_scale
+from oxygen_gym.policies.action_noise import check_noise_scale, noise_multiplier
 from oxygen_gym.model.pi05.training import losses
 
 from .dataset import DemoDataset
@@ -37,12 +37,13 @@ def fixed_rows(n_rows: int, count: int) -> torch.Tensor:
 
 @torch.no_grad()
 def open_loop_metrics(model, dataset: DemoDataset, rows: torch.Tensor, *, execute: int = 5, seed: int = 0,
-                      batch_size: int = 64, num_steps: int | None = None, noise_scale: float = 1.0) -> dict:
+                      batch_size: int = 64, num_steps: int | None = None,
+                      noise_scale: float | tuple[float, ...] = 1.0) -> dict:
     """Mean open-loop errors over `rows` (see the module docstring), overall and per language label. `noise_scale`
     multiplies the sampling noise, as `MultiTaskPolicy(noise_scale=)` does (the flow-matching loss keeps unit noise)."""
     if execute < 1 or execute > model.config.action_horizon:
         raise ValueError(f"execute must be in [1, {model.config.action_horizon}], got {execute}")
-    check_noise_scale(noise_scale)
+    scale = noise_multiplier(check_noise_scale(noise_scale), model.config.action_dim)
     gen = torch.Generator().manual_seed(seed)
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, float] = defaultdict(float)
@@ -54,7 +55,7 @@ def open_loop_metrics(model, dataset: DemoDataset, rows: torch.Tensor, *, execut
         flow = losses(model, batch, gen, language_weight=0.0)["action"]
         sums["flow"] += float(flow) * len(index)
         counts["flow"] += len(index)
-        noise = torch.randn(batch.actions.shape, generator=gen).to(model.device) * noise_scale
+        noise = (torch.randn(batch.actions.shape, generator=gen) * scale).to(model.device)
         sampled = model.sample_actions(batch.images, batch.image_masks, batch.tokens, batch.token_masks, noise,
                                        num_steps).float()
         valid = batch.action_loss_mask[..., :dims].float()

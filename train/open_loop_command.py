@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from oxygen_gym.policies.action_noise import noise_scale_arg
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, help="a trained model folder, or a shipped name (libero-spatial)")
@@ -17,8 +19,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rows", type=int, default=512, help="frames scored, spread evenly over the data (0 = all)")
     parser.add_argument("--execute", type=int, default=5, help="steps of a chunk that count as executed (default 5)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--noise-scale", type=float, default=1.0,
-                        help="scale of the sampling noise (policies/action_noise.py; 1 = the reference sampler, 0 = deterministic)")
+    parser.add_argument("--noise-scale", type=noise_scale_arg, default=None, metavar="S",
+                        help="scale of the sampling noise (policies/action_noise.py; 1 = the reference sampler, 0 = "
+                             "deterministic), or one per action dim, comma separated; default: the checkpoint's "
+                             "config.json noise_scale, else 1")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", default=None, help="also write the numbers to this JSON file")
 
@@ -28,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from oxygen_gym.model.pi05.loading import load_pretrained
     from oxygen_gym.model.tokenizer import tokenizer_for
     from oxygen_gym.model.trained import trained_model_dir
+    from oxygen_gym.policies.checkpoints.noise_scale import resolved_noise_scale
 
     from .collect.collect_command import parse_range
     from .dataset import DemoDataset, load_demos
@@ -47,16 +52,18 @@ def run(args: argparse.Namespace) -> int:
         demos = load_demos(args.data)
         if args.scenes:
             demos = select_scenes(demos, parse_range(args.scenes, "--scenes"), "--scenes")
+        noise_scale = resolved_noise_scale(folder, args.noise_scale)
         model = load_pretrained(folder, device="cpu", dtype=torch.float32)
         tokenizer = tokenizer_for(model.config.vocab_size, str(folder))
         dataset = DemoDataset(demos, model.config, tokenizer, NARRATE_PROMPT, stats)
         result = open_loop_metrics(model, dataset, fixed_rows(len(dataset), args.rows), execute=args.execute,
-                                   seed=args.seed, noise_scale=args.noise_scale)
+                                   seed=args.seed, noise_scale=noise_scale)
     except ValueError as e:
         print(f"oxygen-gym train open-loop: {e}")
         return 2
     result = {"checkpoint": str(args.checkpoint), "data": str(args.data), "scenes": args.scenes, "demos": len(demos),
-              "execute": args.execute, "noise_scale": args.noise_scale, **result}
+              "execute": args.execute,
+              "noise_scale": list(noise_scale) if isinstance(noise_scale, tuple) else noise_scale, **result}
     print(json.dumps(result, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))

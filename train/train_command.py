@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
+from oxygen_gym.policies.action_noise import noise_scale_arg
+
 from .data_mix import parse_mix
 from .trainer import TrainConfig, train
 
@@ -44,6 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replan-steps", type=int, default=None, metavar="N",
                         help="declare N actions executed per policy call in the exported config.json (what eval and "
                              "the demo run unless --replan is given; default: declare none)")
+    parser.add_argument("--noise-scale", type=noise_scale_arg, default=None, metavar="S",
+                        help="declare the sampling noise in the exported config.json: one scale, or one per action "
+                             "dim, comma separated (0,0,0,0,0,0,1: a deterministic arm, a sampled gripper); what "
+                             "policies sample with unless told otherwise (default: declare none)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     parser.add_argument("--adapter", default=None, metavar="NAME",
                         help="train only a LoRA adapter NAME on the language continuation of a frozen base (--init, "
@@ -92,8 +98,8 @@ def _run_adapter(args: argparse.Namespace) -> int:
     for name in ("steps", "batch_size", "lr", "checkpoint_every"):  # only when set: the adapter run has its own defaults
         if getattr(args, name) != defaults[name]:
             given[name] = getattr(args, name)
-    if args.replan_steps is not None:
-        print("oxygen-gym train: --replan-steps declares the action model's execution horizon, not an --adapter's")
+    if args.replan_steps is not None or args.noise_scale is not None:
+        print("oxygen-gym train: --replan-steps and --noise-scale declare how the action model runs, not an --adapter")
         return 2
     if args.data_mix:
         print("oxygen-gym train: --data-mix applies to the action model's training, not to --adapter")

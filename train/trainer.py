@@ -17,6 +17,7 @@ from tqdm import tqdm
 from oxygen_gym.model.pi05.config import PI05Config
 from oxygen_gym.model.pi05.init import build_model
 from oxygen_gym.model.pi05.loading import check_replan_steps, load_pretrained, save_pretrained
+from oxygen_gym.policies.action_noise import check_noise_scale, noise_multiplier
 from oxygen_gym.model.tokenizer import tokenizer_for
 from oxygen_gym.model.pi05.training import losses
 
@@ -68,12 +69,17 @@ class TrainConfig:
     # the execution horizon the exported config.json declares (policies/checkpoints/replan_steps.py), so a recipe
     # reproduces what eval and the demo run; None declares none. Export only: a run resumes with any value.
     replan_steps: int | None = None
+    # the sampling noise the exported config.json declares (policies/checkpoints/noise_scale.py): one number, or one
+    # per action dim; None declares none. Export only, as replan_steps.
+    noise_scale: float | tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.gripper_weight > 0:
             raise ValueError(f"--gripper-weight must be > 0, got {self.gripper_weight}")
         if self.replan_steps is not None:
             check_replan_steps(self.replan_steps, None, "--replan-steps")
+        if self.noise_scale is not None:
+            object.__setattr__(self, "noise_scale", check_noise_scale(self.noise_scale, "--noise-scale"))
         if not 0.0 <= self.ema_decay < 1.0:
             raise ValueError(f"--ema-decay must be in [0, 1), got {self.ema_decay}")
         if not 0.0 <= self.color_jitter < 1.0:
@@ -86,7 +92,7 @@ class TrainConfig:
         """Settings a resumed run must share with the run it continues."""
         d = asdict(self)
         for k in ("steps", "checkpoint_every", "log_every", "device", "threads", "out", "monitor_rows", "snapshots",
-                  "replan_steps"):
+                  "replan_steps", "noise_scale"):
             d.pop(k)
         for k in ("rtc_max_delay", "ema_decay", "color_jitter", "val_scenes", "data_mix"):
             if not d[k]:
@@ -138,7 +144,7 @@ def export(model, out: Path, stats, cfg: TrainConfig, step: int, dataset_info: d
     """The trained model as a checkpoint folder of our own family, plus training.json (recipe, data, language task;
     paths relative to the run folder)."""
     folder = save_pretrained(model, out / MODEL_DIR, stats, n_action_steps=model.config.action_horizon,
-                             replan_steps=cfg.replan_steps)
+                             replan_steps=cfg.replan_steps, noise_scale=cfg.noise_scale)
     recipe = {**asdict(cfg), "data": data_relative_to_run(cfg.data, out), "out": ".",
               "init": relative_to_run(cfg.init, out)}
     data = {**dataset_info, "path": data_relative_to_run(dataset_info.get("path"), out)}
@@ -205,6 +211,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         model = build_model(PI05Config.named(cfg.config), seed=cfg.seed, device=cfg.device, dtype=torch.float32)
     if cfg.replan_steps is not None:  # checked before training, not at the first export
         check_replan_steps(cfg.replan_steps, model.config.action_horizon, "--replan-steps")
+    if cfg.noise_scale is not None:
+        noise_multiplier(cfg.noise_scale, model.config.action_dim)
     # a fine-tune keeps the statistics its weights were trained with (new data must not move the units); a built
     # model has none
     stats = saved["norm_stats"] if saved else (model.norm_stats or compute_norm_stats(demos))

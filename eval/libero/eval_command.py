@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from oxygen_gym.policies.action_noise import noise_scale_arg
 from oxygen_gym.policies.checkpoints.overrides import ConventionOverrides
 
 from .eval_config import (
@@ -70,9 +71,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--task", action="append", default=[], metavar="NAME[=PROMPT]", dest="language_task",
                    help="a language task run alongside the actions; repeatable (named: narrate, plan, memory)")
     g.add_argument("--max-new-tokens", type=int, default=30, help="token cap per language request (default 30)")
-    g.add_argument("--noise-scale", type=float, default=1.0,
+    g.add_argument("--noise-scale", type=noise_scale_arg, default=None, metavar="S",
                    help="scale of the action heads' starting noise (1 = the reference sampler, 0 = deterministic; "
-                        "policies/action_noise.py)")
+                        "policies/action_noise.py), or one per action dim, comma separated (0,0,0,0,0,0,1: a "
+                        "deterministic arm, a sampled gripper); default: the checkpoint's config.json noise_scale, "
+                        "else 1")
     g.add_argument("--replan", type=int, default=None, metavar="N",
                    help="actions of each chunk executed per policy call (openpi's replan_steps; default: the "
                         "protocol's, 5 for openpi, the whole chunk for lerobot)")

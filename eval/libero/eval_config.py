@@ -58,7 +58,9 @@ class EvalConfig:
     action_horizon: int | None = None
     family: str | None = None
     tokenizer: str | None = None  # a path on this machine: not result-deciding
-    noise_scale: float = 1.0  # the action heads' starting noise (policies/action_noise.py; 1 = reference sampler)
+    # the action heads' starting noise, one number or one per action dim (policies/action_noise.py; 1 = reference
+    # sampler); None: the checkpoint's declared `noise_scale`, else 1 (resolved before it is recorded)
+    noise_scale: float | tuple[float, ...] | None = None
     # actions of each chunk executed per policy call (openpi's client `replan_steps`); None: the protocol's
     replan: int | None = None
     # execute the temporal ensemble of overlapping chunks with this decay (policies/temporal_ensemble.py); None: off
@@ -145,6 +147,22 @@ def with_declared_replan(config: EvalConfig) -> EvalConfig:
     return config if declared is None else replace(config, replan=declared)
 
 
+def with_declared_noise_scale(config: EvalConfig) -> EvalConfig:
+    """`config` with the noise scale its policy samples with where no --noise-scale was given: the checkpoint's
+    own `noise_scale` (policies/checkpoints/noise_scale.py), else 1, so it is recorded, compared on resume and merge,
+    and reported."""
+    if config.noise_scale is not None:
+        return config
+    from oxygen_gym.policies.checkpoints.noise_scale import resolved_noise_scale
+
+    return replace(config, noise_scale=resolved_noise_scale(config.checkpoint, None))
+
+
+def with_declarations(config: EvalConfig) -> EvalConfig:
+    """`config` with every setting the checkpoint may declare for its own evaluation resolved."""
+    return with_declared_noise_scale(with_declared_replan(config))
+
+
 def _plain(obj: Any) -> Any:
     if isinstance(obj, tuple):
         return [_plain(x) for x in obj]
@@ -196,7 +214,8 @@ def validate(cfg: EvalConfig) -> None:
             raise ValueError(f"--fresh-scenes: {cfg.fresh_scenes!r}; expected scene indices >= 0")
     from oxygen_gym.policies.action_noise import check_noise_scale
 
-    cfg.noise_scale = check_noise_scale(cfg.noise_scale, "--noise-scale")
+    if cfg.noise_scale is not None:
+        cfg.noise_scale = check_noise_scale(cfg.noise_scale, "--noise-scale")
     if cfg.replan is not None:
         from oxygen_gym.envs.protocols import check_replan
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
-from .eval_config import ABSENT_DEFAULTS, RESULT_FIELDS, EvalConfig, with_declared_replan
+from .eval_config import ABSENT_DEFAULTS, RESULT_FIELDS, EvalConfig, with_declarations
 from .episode_set import EpisodeSpec, build_episode_set, record_key, shard
 from .progress import EvalProgress
 from .results import ResultsError, ResultsFolder
@@ -43,13 +43,16 @@ def check_resumable(folder: ResultsFolder, config: EvalConfig) -> None:
         detail = ", ".join(f"{k} was {old.get(k)!r}, now {new.get(k)!r}" for k in diffs)
         hint = ("; replan None was the protocol's interval, run before the checkpoint declared replan_steps"
                 if "replan" in diffs and old.get("replan") is None else "")
+        if "noise_scale" in diffs and old.get("noise_scale", ABSENT_DEFAULTS["noise_scale"]) == 1.0:
+            hint += ("; noise_scale 1.0 was the reference sampler (a folder run with --noise-scale 1, or before the "
+                     "checkpoint declared noise_scale)")
         raise ResultsError(f"--out {folder.out} holds results of a different evaluation ({detail}{hint}); "
                            f"rerun with the same settings to resume, or choose a new --out")
 
 
 def run_eval(config: EvalConfig, executor: Executor = local_executor, progress: bool = True) -> dict:
     """Run (or resume) the evaluation `config` describes; returns the summary of everything in `config.out`."""
-    config = with_declared_replan(config)
+    config = with_declarations(config)
     specs = selected_episodes(config)
     with ResultsFolder(config.out) as folder:
         check_resumable(folder, config)

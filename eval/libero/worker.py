@@ -72,7 +72,7 @@ class EpisodeWorker:
                 cfg.checkpoint, robot=cfg.robot, tasks=[LanguageTask(**t) for t in cfg.language_tasks], adapters=adapters,
                 decode_budget=cfg.decode_budget, target_action_hz=cfg.target_action_hz, mode=cfg.mode,
                 device=cfg.device, dtype=dtype, seed=0,  # seed 0: a built-in model's weights are the same everywhere
-                noise_scale=cfg.noise_scale,
+                noise_scale=cfg.noise_scale,  # None (the demo; run_eval resolves it first): the checkpoint's
                 **self.convention_kwargs(),
             )
             if cfg.ensemble is not None:

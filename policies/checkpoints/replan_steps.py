@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from oxygen_gym.model.pi05.loading import CONFIG_FILE, CheckpointError, CheckpointNotFoundError, read_config_json
+from oxygen_gym.model.pi05.loading import CONFIG_FILE, CheckpointError
+
+from .declared import declared_value
 
 KEY = "replan_steps"
 
@@ -17,19 +19,10 @@ KEY = "replan_steps"
 def declared_replan_steps(name_or_path: str | Path, revision: str | None = None) -> int | None:
     """The checkpoint's `replan_steps`, or None where it declares none (every built-in model, lerobot and openpi
     checkpoints, StarVLA run files). A bad value is a CheckpointError naming the file and the field."""
-    from .resolve import checkpoint_root
-
-    try:
-        root = checkpoint_root(name_or_path, revision)
-    except CheckpointNotFoundError:
-        if "/" in str(name_or_path):
-            raise  # a folder or hub id that is not there: the same error loading the policy would give
-        return None  # a built-in model's name ("tiny", "starvla-small", ...): no files, nothing declared
-    if not root.is_dir():
+    found = declared_value(name_or_path, KEY, revision)
+    if found is None:
         return None
-    cfg = read_config_json(root)
-    if KEY not in cfg:
-        return None
+    root, cfg = found
     value = cfg[KEY]
     returned = cfg.get("n_action_steps")
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -75,6 +75,7 @@ def report(conv: Conventions, prompt: str) -> str:
         f"chunk:      {c.action_horizon} actions denoised; act() returns {conv.n_actions} "
         f"({RETURNS.get(conv.family, 'n_action_steps (lerobot select_action queue)')})",
         f"executes:   {_replan_text(conv.root)}",
+        f"samples:    {_noise_text(conv.root)}",
     ]
     pad = "zero-padded to %d before binning" % c.state_pad_to if c.state_pad_to else "unpadded"
     lines.append(f"prompt:     {'state bins in the prompt (' + pad + ')' if c.discrete_state else 'no state (pi0 form)'}"
@@ -140,6 +141,18 @@ def _before_warnings(text: str, lines: list[str]) -> str:
     rows = text.split("\n")
     at = next((i for i in range(len(rows) - 1, -1, -1) if rows[i].startswith("warnings:")), len(rows))
     return "\n".join(rows[:at] + lines + rows[at:])
+
+
+def _noise_text(root) -> str:
+    """The action head's starting noise: the checkpoint's declared noise_scale, or the reference sampler's."""
+    from .noise_scale import KEY, declared_noise_scale
+
+    declared = declared_noise_scale(root)
+    if declared is None:
+        return "from unit noise (the reference sampler); --noise-scale S overrides"
+    shown = list(declared) if isinstance(declared, tuple) else declared
+    return (f"from noise times {shown} (config.json {KEY}; per action dim where a list, 1 past it; eval's default, "
+            "--noise-scale S overrides)")
 
 
 def _replan_text(root) -> str:

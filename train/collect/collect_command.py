@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from oxygen_gym.policies.action_noise import noise_scale_arg
+
 from .collector import CollectConfig, collect
 
 
@@ -45,9 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "state expert labels every visited state; demos are kept whether or not they succeed")
     parser.add_argument("--dagger-beta", type=float, default=0.3,
                         help="with --dagger: probability that a chunk is executed by the expert (default 0.3)")
-    parser.add_argument("--dagger-noise-scale", type=float, default=1.0,
+    parser.add_argument("--dagger-noise-scale", type=noise_scale_arg, default=None, metavar="S",
                         help="with --dagger: scale of the driving policy's sampling noise (1 = the reference sampler, "
-                             "0 = deterministic)")
+                             "0 = deterministic), or one per action dim, comma separated; default: the checkpoint's "
+                             "config.json noise_scale, else 1")
     parser.add_argument("--dagger-ensemble", type=float, default=None, metavar="DECAY",
                         help="with --dagger and --dagger-beta 0: execute the temporal ensemble of the driving policy's "
                              "overlapping chunks, weights exp(-DECAY * i), i = 0 the oldest (ACT uses 0.01, < 0 favours newer; "

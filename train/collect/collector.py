@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from oxygen_gym.envs.libero_scenes import SAME_SCENE_M, fresh_scene_seed
 from oxygen_gym.policies.action_noise import check_noise_scale
+from oxygen_gym.policies.checkpoints.noise_scale import resolved_noise_scale
 from oxygen_gym.policies.gripper_latch import GripperOpenLatch, check_confirm
 from oxygen_gym.policies.temporal_ensemble import TemporalEnsemble, check_decay
 
@@ -83,7 +84,9 @@ class CollectConfig:
     # expert labels every visited state; demos are kept whether or not the episode succeeded
     dagger_checkpoint: str | None = None
     dagger_beta: float = 0.3
-    dagger_noise_scale: float = 1.0  # the driving policy's sampling noise (policies/action_noise.py)
+    # the driving policy's sampling noise, one number or one per action dim (policies/action_noise.py); None: the
+    # checkpoint's declared `noise_scale`, else 1 (resolved here, so the manifest records what ran)
+    dagger_noise_scale: float | tuple[float, ...] | None = None
     # the driving policy's chunks temporally ensembled with this decay (policies/temporal_ensemble.py); None: off
     dagger_ensemble: float | None = None
     # the driving policy's gripper opens, while it is held closed, run only once this many of its calls in a row ask
@@ -115,7 +118,13 @@ class CollectConfig:
                              f"(init_states={list(self.init_states)}, fresh_scenes={list(self.fresh_scenes)})")
         if self.dagger_checkpoint is not None:
             check_beta(self.dagger_beta)
-        check_noise_scale(self.dagger_noise_scale, "--dagger-noise-scale")
+        if self.dagger_noise_scale is not None:
+            scale = check_noise_scale(self.dagger_noise_scale, "--dagger-noise-scale")
+        elif self.dagger_checkpoint is not None:
+            scale = resolved_noise_scale(self.dagger_checkpoint, None)
+        else:
+            scale = 1.0
+        object.__setattr__(self, "dagger_noise_scale", scale)
         if self.dagger_ensemble is not None:
             if self.dagger_checkpoint is None or self.dagger_beta != 0:
                 raise ValueError("--dagger-ensemble ensembles the driving policy's consecutive chunks; give --dagger "
@@ -173,6 +182,8 @@ class CollectConfig:
     def to_json(self) -> dict:
         d = asdict(self)
         d["tasks"], d["init_states"], d["fresh_scenes"] = list(self.tasks), list(self.init_states), list(self.fresh_scenes)
+        if isinstance(self.dagger_noise_scale, tuple):
+            d["dagger_noise_scale"] = list(self.dagger_noise_scale)
         return d
 
 

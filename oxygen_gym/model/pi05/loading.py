@@ -268,6 +268,7 @@ def save_pretrained(
     n_action_steps: int | None = None,
     normalization: dict[str, str] | None = None,
     replan_steps: int | None = None,
+    noise_scale: float | list[float] | tuple[float, ...] | None = None,
 ) -> Path:
     """Write config.json (lerobot's fields plus our exact config under `oxygen_gym`) and model.safetensors in
     lerobot's key layout; with `norm_stats` (default: `model.norm_stats`), lerobot's processor stat files too.
@@ -276,7 +277,8 @@ def save_pretrained(
     `action_horizon`, `discrete_state`, `state_pad_to`, `max_token_len`), `n_action_steps` (actions act() returns;
     default the whole chunk), `normalization_mapping` (`normalization`, e.g. {"STATE": "MEAN_STD"}; default
     QUANTILES for both), applied with openpi's formulas, and `replan_steps` (actions an evaluation executes per
-    policy call unless told otherwise; policies/checkpoints/replan_steps.py)."""
+    policy call unless told otherwise; policies/checkpoints/replan_steps.py) and `noise_scale` (the action head's
+    starting noise, one number or one per action dim, unless told otherwise; policies/checkpoints/noise_scale.py)."""
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     save_file(to_checkpoint(model), str(root / WEIGHTS_FILE), metadata={"format": "pt"})
@@ -290,6 +292,8 @@ def save_pretrained(
         returned = config.get("n_action_steps", chunk)
         check_replan_steps(replan_steps, returned)
         config["replan_steps"] = replan_steps
+    if noise_scale is not None:
+        config["noise_scale"] = check_declared_noise_scale(noise_scale, model.config.action_dim)
     if normalization:
         unknown = sorted(set(normalization) - {"STATE", "ACTION"})
         if unknown:
@@ -314,6 +318,17 @@ def check_replan_steps(value: object, returned: int | None, field: str = "replan
     if isinstance(value, bool) or not isinstance(value, int) or value < 1 or (returned is not None and value > returned):
         bound = ">= 1 (actions executed per policy call)" if returned is None else f"in 1..{returned} (the actions returned)"
         raise ValueError(f"{field} must be an int {bound}, got {value!r}")
+
+
+def check_declared_noise_scale(value: object, action_dim: int) -> float | list[float]:
+    """A noise scale fit for config.json: a number >= 0, or a list of at most `action_dim` of them (the sampler's
+    rule of policies/action_noise.py, which lives above the model and so is not imported here)."""
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    ok = all(not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in values)
+    if not ok or not values or len(values) > action_dim:
+        raise ValueError(f"noise_scale must be a number >= 0 or a list of 1..{action_dim} of them (one per action "
+                         f"dim), got {value!r}")
+    return [float(v) for v in values] if isinstance(value, (list, tuple)) else float(value)
 
 
 def _variant_name(dims: GemmaDims, default: str) -> str:
