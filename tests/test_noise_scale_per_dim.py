@@ -9,30 +9,23 @@ from __future__ import annotations
 import argparse
 import json
 
-import numpy as np
 import pytest
 import torch
 
 from oxygen_gym import MultiTaskPolicy
-from oxygen_gym.model import CheckpointError, NormStats, build_model, save_pretrained
+from oxygen_gym.model import CheckpointError, build_model, save_pretrained
 from oxygen_gym.policies.action_noise import check_noise_scale, noise_multiplier, parse_noise_scale
 from oxygen_gym.policies.checkpoints.noise_scale import declared_noise_scale, resolved_noise_scale
 
+from declared_checkpoints import STATS, declared_and_plain
+
 ARM_STILL = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0)
-STATS = {
-    "state": NormStats(mean=np.zeros(8), std=np.ones(8), q01=-np.ones(8), q99=np.ones(8)),
-    "actions": NormStats(mean=np.zeros(7), std=np.ones(7), q01=-np.ones(7), q99=np.ones(7)),
-}
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    """Two tiny checkpoints of our family: one declaring a deterministic arm, one declaring nothing."""
-    model = build_model("tiny", seed=0)
-    root = tmp_path_factory.mktemp("ckpt")
-    declared = save_pretrained(model, root / "declared", STATS, n_action_steps=10, noise_scale=list(ARM_STILL))
-    plain = save_pretrained(model, root / "plain", STATS, n_action_steps=10)
-    return declared, plain
+    """Two tiny checkpoints of our family (chunk 50): one declaring a deterministic arm, one declaring nothing."""
+    return declared_and_plain(tmp_path_factory.mktemp("ckpt"), noise_scale=list(ARM_STILL))
 
 
 def test_each_dim_is_scaled_exactly_and_the_dims_past_the_list_keep_unit_noise():

@@ -5,31 +5,22 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
-from oxygen_gym.eval.libero.eval_config import EvalConfig
-from oxygen_gym.eval.libero.eval_config import with_declared_replan
+from oxygen_gym.eval.libero.eval_config import EvalConfig, with_declared_replan
 from oxygen_gym.eval.libero.eval_loop import check_resumable
 from oxygen_gym.eval.libero.results import ResultsError, ResultsFolder
 from oxygen_gym.eval.libero.worker import EpisodeWorker
-from oxygen_gym.model import CheckpointError, CheckpointNotFoundError, NormStats, build_model, save_pretrained
+from oxygen_gym.model import CheckpointError, CheckpointNotFoundError, build_model, save_pretrained
 from oxygen_gym.policies.checkpoints.replan_steps import declared_replan_steps
 
-STATS = {
-    "state": NormStats(mean=np.zeros(8), std=np.ones(8), q01=-np.ones(8), q99=np.ones(8)),
-    "actions": NormStats(mean=np.zeros(7), std=np.ones(7), q01=-np.ones(7), q99=np.ones(7)),
-}
+from declared_checkpoints import STATS, declared_and_plain
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     """Two tiny checkpoints of our family (chunk 50): one declaring replan_steps 2, one declaring nothing."""
-    model = build_model("tiny", seed=0)
-    root = tmp_path_factory.mktemp("ckpt")
-    declared = save_pretrained(model, root / "declared", STATS, n_action_steps=10, replan_steps=2)
-    plain = save_pretrained(model, root / "plain", STATS, n_action_steps=10)
-    return declared, plain
+    return declared_and_plain(tmp_path_factory.mktemp("ckpt"), replan_steps=2)
 
 
 def test_save_pretrained_declares_it_and_eval_runs_with_it(checkpoints):
