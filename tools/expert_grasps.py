@@ -4,6 +4,7 @@ opens, with the collection's release and lift settings. Physics only (64 px fast
 not images). Prints one JSON line per scene, then a summary. Not in CI.
 
     python tools/expert_grasps.py --fresh-scenes 0-2,6,11-13,16-18 --lift-speed 0.3
+    python tools/expert_grasps.py --task 3 --fresh-scenes 0-9      # another libero_spatial task (the stretch's 0-4)
 """
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ import time
 import numpy as np
 
 
-def run_scene(env, scene: int, release_xy: float | None, lift_speed: float | None) -> dict:
+def run_scene(env, scene: int, release_xy: float | None, lift_speed: float | None, task: int = 0) -> dict:
     from oxygen_gym.envs.state_expert import StatePickPlaceExpert
     from oxygen_gym.train.collect import EpisodeKey
 
-    seed = EpisodeKey("libero_spatial", 0, None, 0, scene=scene).scene_seed()  # the collection's scene for that key
+    seed = EpisodeKey("libero_spatial", task, None, 0, scene=scene).scene_seed()  # the collection's scene for that key
     obs, _ = env.reset(seed=env.unwrapped.protocol.seed, options={"scene_seed": seed})  # as collect resets
     expert = StatePickPlaceExpert(env.unwrapped.libero_env.env, release_xy, lift_speed)
     phases, grips, done, start = [], [], False, time.time()
@@ -38,6 +39,7 @@ def main() -> None:
     from oxygen_gym.train.collect.collect_command import parse_range
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", type=int, default=0, help="libero_spatial task id (default 0)")
     parser.add_argument("--fresh-scenes", required=True, help="e.g. 0-2,6,11-13")
     parser.add_argument("--release-xy-cm", type=float, default=None, metavar="CM")
     parser.add_argument("--lift-speed", type=float, default=None, metavar="FRAC")
@@ -47,17 +49,17 @@ def main() -> None:
 
     import oxygen_gym.envs  # noqa: F401
 
-    env = gym.make("oxygen_gym/LIBERO-v0", suite="libero_spatial", task_id=0, camera_size=64, fast_render=True,
+    env = gym.make("oxygen_gym/LIBERO-v0", suite="libero_spatial", task_id=args.task, camera_size=64, fast_render=True,
                    fast_reset=True)
     rows = []
     try:
         for scene in scenes:
             rows.append(run_scene(env, scene, None if args.release_xy_cm is None else args.release_xy_cm / 100,
-                                  args.lift_speed))
+                                  args.lift_speed, args.task))
             print(json.dumps(rows[-1]), flush=True)
     finally:
         env.close()
-    print(json.dumps({"scenes": len(rows), "succeeded": sum(r["success"] for r in rows),
+    print(json.dumps({"task": args.task, "scenes": len(rows), "succeeded": sum(r["success"] for r in rows),
                       "regrasped": sum(r["grasps"] > 1 for r in rows), "mean_steps": float(np.mean([r["steps"] for r in rows])),
                       "release_xy_cm": args.release_xy_cm, "lift_speed": args.lift_speed}))
 
