@@ -21,6 +21,8 @@ API_KEY_ENV = "OXYGEN_GYM_API_KEY"  # serve/server.py reads the same name
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from oxygen_gym.policies.action_noise import noise_scale_arg
+
     parser.add_argument("--checkpoint", default="tiny", help="built-in model (tiny | small | pi05 | multi-tiny | xr0-tiny | ...) or a checkpoint folder")
     parser.add_argument("--robot", default="libero", choices=("libero", "droid", "aloha"), help="robot family (observation keys)")
     parser.add_argument("--task", action="append", default=None, metavar="NAME[=PROMPT]", dest="language_task",
@@ -70,6 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "libero 20, droid 15, aloha 50)")
     parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     parser.add_argument("--seed", type=int, default=0, help="weights of built-in models, action noise")
+    parser.add_argument("--noise-scale", type=noise_scale_arg, default=None, metavar="S",
+                        help="scale of the action heads' starting noise, or one per action dim, comma separated "
+                             "(policies/action_noise.py); default: the checkpoint's config.json noise_scale, else 1")
     parser.add_argument("--heads", type=lambda s: [h for h in s.split(",") if h], default=None,
                         help="action heads to run, comma list (default: every head of the model)")
     parser.add_argument("--threads", type=int, default=None,
@@ -96,6 +101,7 @@ def build_policy(args: argparse.Namespace) -> MultiTaskPolicy:
     return MultiTaskPolicy.from_pretrained(
         args.checkpoint, robot=args.robot, tasks=tasks, decode_budget=budget, target_action_hz=args.target_action_hz,
         mode="oxygen", device=args.device, seed=args.seed, num_slots=1, heads=args.heads, rtc=rtc,
+        noise_scale=args.noise_scale,
         **ConventionOverrides.from_args(args).as_kwargs(),
     )
 

@@ -151,3 +151,18 @@ def test_inspect_says_how_the_checkpoint_samples(checkpoints, capsys):
     assert "samples:    from noise times [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0] (config.json noise_scale" in capsys.readouterr().out
     assert main(["inspect", str(plain), "--robot", "libero"]) == 0
     assert "samples:    from unit noise (the reference sampler)" in capsys.readouterr().out
+
+
+def test_the_server_samples_with_the_declaration_unless_told_otherwise(checkpoints):
+    from oxygen_gym.serve.serve_command import add_arguments, build_policy
+
+    declared, _ = checkpoints
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    for argv, expected in (([], ARM_STILL), (["--noise-scale", "1"], 1.0), (["--noise-scale", "0,0.5"], (0.0, 0.5))):
+        template = build_policy(parser.parse_args(["--checkpoint", str(declared), "--no-language", *argv]))
+        try:
+            assert template.noise_scale == expected
+            assert template.session(engine=None).noise_scale == expected  # each robot's session samples with it
+        finally:
+            template.close()
