@@ -14,35 +14,11 @@ padding of a 32-d head) keep unit noise, as in training.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
-NoiseScale = float | tuple[float, ...]
+from oxygen_gym.model.noise_rule import NoiseScale, check_noise_scale
 
-
-def _scale_value(value: object, name: str) -> float:
-    error = ValueError(f"{name} must be a number >= 0 (1 = the reference sampler, 0 = deterministic) or a list of "
-                       f"them, one per action dimension; got {value!r}")
-    if isinstance(value, (bool, str, bytes)):  # a command line's text goes through parse_noise_scale
-        raise error
-    try:
-        scale = float(value)
-    except (TypeError, ValueError):
-        raise error from None
-    if not math.isfinite(scale) or scale < 0:
-        raise error
-    return scale
-
-
-def check_noise_scale(value: object, name: str = "noise_scale") -> NoiseScale:
-    """`value` as a float, or as a tuple of floats (one per action dimension), or a clear error naming `name`."""
-    if not isinstance(value, (list, tuple)):
-        return _scale_value(value, name)
-    scales = tuple(_scale_value(v, name) for v in value)
-    if not scales:
-        raise ValueError(f"{name}: an empty list; give one number, or one per action dimension")
-    return scales
+__all__ = ["NoiseScale", "check_noise_scale", "noise_multiplier", "noise_scale_arg", "parse_noise_scale"]
 
 
 def parse_noise_scale(text: str, name: str = "--noise-scale") -> NoiseScale:

@@ -104,7 +104,6 @@ class MultiTaskPolicy:
         if len({t.name for t in tasks}) != len(tasks):
             raise ValueError(f"tasks: names must be unique, got {[t.name for t in tasks]}")
         self.model, self.tokenizer, self.tasks, self.mode, self.seed = model, tokenizer, tasks, mode, int(seed)
-        self.noise_scale = check_noise_scale(noise_scale)
         self.horizon = int(action_horizon or self.robot.horizon)
         if self.horizon <= 0:
             raise ValueError(f"action_horizon must be > 0, got {self.horizon}")
@@ -127,8 +126,7 @@ class MultiTaskPolicy:
         first = next(iter(model_heads))  # the model's own first head denoises `chunk`; others at most their horizon
         self.head_chunks = {h: self.chunk if h == first else min(self.chunk, model_heads[h].horizon) for h in self.action_heads}
         self._head_dims = {h: model_heads[h].action_dim for h in self.action_heads}
-        for h in self.action_heads:  # a per-dimension scale longer than a head is an error now, not at the first act()
-            noise_multiplier(self.noise_scale, self._head_dims[h], h)
+        self.noise_scale = noise_scale  # checked against every head now, not at the first act()
         self.num_steps = int(num_steps) if num_steps else None  # None: each head's own steps
         self.budget = make_budget(
             decode_budget, target_action_hz=target_action_hz, horizon=self.horizon, language_deadline_s=language_deadline_s
@@ -256,8 +254,8 @@ class MultiTaskPolicy:
                 target_action_hz=target_action_hz, language_deadline_s=language_deadline_s, mode=mode, **kwargs,
             )
         root = checkpoint_root(name_or_path, overrides.revision)
-        if "noise_scale" not in kwargs:  # config.json's own sampling noise (policies/checkpoints/noise_scale.py)
-            kwargs["noise_scale"] = resolved_noise_scale(root, None)
+        # the given scale, else config.json's own sampling noise (policies/checkpoints/noise_scale.py), else 1
+        kwargs["noise_scale"] = resolved_noise_scale(root, kwargs.get("noise_scale"))
         model, tok, family_kwargs, conv = checkpoint_family(root, overrides.family).load(
             root, robot_spec, overrides, dev, dtype
         )
@@ -287,6 +285,16 @@ class MultiTaskPolicy:
         images, state, prompt = check_observation(obs, self.robot)
         return self.io.prefix_inputs(images, state, prompt)
 
+    @property
+    def noise_scale(self) -> NoiseScale:
+        """The heads' starting-noise scale: one number, or one per action dimension (policies/action_noise.py)."""
+        return self._noise_scale
+
+    @noise_scale.setter
+    def noise_scale(self, value: NoiseScale | list[float]) -> None:
+        self._noise_scale = check_noise_scale(value)
+        self._head_noise = {h: noise_multiplier(self._noise_scale, self._head_dims[h], h) for h in self.action_heads}
+
     def frame_noise(self, frame: int) -> dict[str, torch.Tensor]:
         """Each head's noise `[1, chunk, action_dim]` for `frame`, from a generator seeded by (seed, frame, head),
         times `noise_scale` (per action dimension where it is a sequence)."""
@@ -294,8 +302,7 @@ class MultiTaskPolicy:
         for h in self.action_heads:
             gen = torch.Generator().manual_seed(head_noise_seed(self.seed, frame, h))
             noise = torch.randn(1, self.head_chunks[h], self._head_dims[h], generator=gen)
-            scale = noise_multiplier(self.noise_scale, self._head_dims[h], h)
-            out[h] = (noise * scale).to(self.model.device)  # x 1.0 is exact: the reference sampler
+            out[h] = (noise * self._head_noise[h]).to(self.model.device)  # x 1.0 is exact: the reference sampler
         return out
 
     def act(

@@ -19,7 +19,7 @@ import argparse
 import json
 
 import numpy as np
-from gripper_vote_check import fresh_check_config
+from gripper_vote_check import add_noise_scale_argument, fresh_check_config
 
 from oxygen_gym.policies.slow_lift import SlowLift
 from oxygen_gym.train.collect import collector
@@ -51,13 +51,14 @@ def main() -> None:
     parser.add_argument("--up-only", action="store_true", help="scale only upward commands (dim 2 > 0)")
     parser.add_argument("--replan", type=int, default=None, help="actions run per policy call (default: protocol's 5)")
     parser.add_argument("--out", required=True)
+    add_noise_scale_argument(parser)
     args = parser.parse_args()
     if not 0 < args.scale <= 1:
         parser.error(f"--scale must be in (0, 1], got {args.scale}")
     wrap = (lambda p: SlowLift(p, scale=args.scale)) if args.up_only else (lambda p: SlowWhileClosed(p, args.scale))
     collector.policy_for = lambda checkpoint, protocol, noise_scale=1.0: wrap(policy_for(checkpoint, protocol, noise_scale))
-    print(json.dumps(collector.collect(fresh_check_config(args.checkpoint, args.fresh_scenes, args.replan), args.out,
-                                       progress=True)))
+    cfg = fresh_check_config(args.checkpoint, args.fresh_scenes, args.replan, args.noise_scale)
+    print(json.dumps(collector.collect(cfg, args.out, progress=True)))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import numpy as np
 from gripper_samples import PHASES, recorded_obs
 
 from oxygen_gym.eval.libero.failure_modes import phase
+from oxygen_gym.policies.action_noise import noise_scale_arg
 from oxygen_gym.train.collect.libero_hdf5 import read_demos
 from oxygen_gym.train.open_loop import GRIPPER_DIM
 
@@ -50,6 +51,9 @@ def main() -> None:
     parser.add_argument("hdf5", type=Path, nargs="+")
     parser.add_argument("--checkpoint", default="libero-spatial")
     parser.add_argument("--samples", type=int, default=8, help="noise seeds per frame")
+    parser.add_argument("--noise-scale", type=noise_scale_arg, default=None, metavar="S",
+                        help="the policy's sampling noise (default: the checkpoint's declaration; 1 repeats the "
+                             "card's runs, made before libero-spatial declared one)")
     parser.add_argument("--replan", type=int, default=3, help="actions the rollout executed per policy call")
     parser.add_argument("--json", type=Path, help="write the per-phase summary here")
     args = parser.parse_args()
@@ -57,7 +61,8 @@ def main() -> None:
     from oxygen_gym.envs.protocols import get_libero_protocol
 
     policy = MultiTaskPolicy.from_pretrained(args.checkpoint, robot="libero", tasks=[], seed=0,
-                                             image_resize=get_libero_protocol("openpi").image_resize)
+                                             image_resize=get_libero_protocol("openpi").image_resize,
+                                             noise_scale=args.noise_scale)
     rows: dict[str, list[tuple[float, bool]]] = {p: [] for p in PHASES}
     for path in args.hdf5:
         for demo in read_demos(path):

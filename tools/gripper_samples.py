@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from oxygen_gym.eval.libero.failure_modes import phase
+from oxygen_gym.policies.action_noise import noise_scale_arg
 from oxygen_gym.train.collect.libero_hdf5 import Demo, demo_names, read_demos
 from oxygen_gym.train.open_loop import GRIPPER_DIM
 
@@ -74,6 +75,9 @@ def main() -> None:
     parser.add_argument("hdf5", type=Path)
     parser.add_argument("--checkpoint", required=True, help="the policy that drove the rollouts (or another one)")
     parser.add_argument("--samples", type=int, default=12, help="noise seeds per frame")
+    parser.add_argument("--noise-scale", type=noise_scale_arg, default=None, metavar="S",
+                        help="the policy's sampling noise (default: the checkpoint's declaration; 1 repeats the "
+                             "card's runs, made before libero-spatial declared one)")
     parser.add_argument("--replan", type=int, default=5, help="steps executed per policy call (openpi's LIBERO: 5)")
     parser.add_argument("--json", type=Path, help="write every frame and the summary here")
     args = parser.parse_args()
@@ -83,7 +87,8 @@ def main() -> None:
     from oxygen_gym.envs.protocols import get_libero_protocol
 
     policy = MultiTaskPolicy.from_pretrained(args.checkpoint, robot="libero", tasks=[], seed=0,
-                                             image_resize=get_libero_protocol("openpi").image_resize)
+                                             image_resize=get_libero_protocol("openpi").image_resize,
+                                             noise_scale=args.noise_scale)
     frames = analyse(args.hdf5, policy, args.samples, args.replan)
     result = summary(frames)
     print(json.dumps(result, indent=1))

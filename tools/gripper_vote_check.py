@@ -18,6 +18,7 @@ import json
 
 import numpy as np
 
+from oxygen_gym.policies.action_noise import noise_scale_arg
 from oxygen_gym.train.collect import collector
 from oxygen_gym.train.collect.collect_command import parse_range
 from oxygen_gym.train.collect.dagger import policy_for
@@ -57,14 +58,24 @@ class GripperVote:
         return out, []
 
 
-def fresh_check_config(checkpoint: str, fresh_scenes: str, replan: int | None) -> collector.CollectConfig:
+def fresh_check_config(checkpoint: str, fresh_scenes: str, replan: int | None,
+                       noise_scale: float | tuple[float, ...] | None = None) -> collector.CollectConfig:
     """The fresh-scene check of docs/libero-spatial.md as a collection: `checkpoint` drives alone (DAgger, beta 0) on
     libero_spatial task 0's `fresh_scenes`, one variant, full render, draws that threw an object > 5 cm skipped, one
-    worker in this process (so a patched `collector.policy_for` holds)."""
+    worker in this process (so a patched `collector.policy_for` holds). `noise_scale`: the driver's sampling noise
+    (None: the checkpoint's declared one; the card's runs of these tools predate libero-spatial's declaration, so
+    `1` repeats them)."""
     return collector.CollectConfig(suite="libero_spatial", tasks=(0,), init_states=(),
                                    fresh_scenes=parse_range(fresh_scenes, "--fresh-scenes"), variants=1,
                                    fast_render=False, workers=1, dagger_checkpoint=checkpoint, dagger_beta=0.0,
-                                   max_settle_m=0.05, replan=replan)
+                                   dagger_noise_scale=noise_scale, max_settle_m=0.05, replan=replan)
+
+
+def add_noise_scale_argument(parser: argparse.ArgumentParser) -> None:
+    """`--noise-scale` of the fresh-scene check tools (see `fresh_check_config`)."""
+    parser.add_argument("--noise-scale", type=noise_scale_arg, default=None, metavar="S",
+                        help="the driving policy's sampling noise (default: the checkpoint's declaration; 1 repeats "
+                             "the card's runs, made before libero-spatial declared one)")
 
 
 def main() -> None:
@@ -76,6 +87,7 @@ def main() -> None:
                         help="open where at least this many samples command open (default: the mean's sign)")
     parser.add_argument("--replan", type=int, default=None, help="actions run per policy call (default: protocol's 5)")
     parser.add_argument("--out", required=True)
+    add_noise_scale_argument(parser)
     args = parser.parse_args()
     if args.samples < 1:
         parser.error(f"--samples must be >= 1, got {args.samples}")
@@ -83,8 +95,8 @@ def main() -> None:
         parser.error(f"--open-votes must be between 1 and --samples ({args.samples}), got {args.open_votes}")
     collector.policy_for = lambda checkpoint, protocol, noise_scale=1.0: GripperVote(
         policy_for(checkpoint, protocol, noise_scale), args.samples, args.open_votes)
-    print(json.dumps(collector.collect(fresh_check_config(args.checkpoint, args.fresh_scenes, args.replan), args.out,
-                                       progress=True)))
+    cfg = fresh_check_config(args.checkpoint, args.fresh_scenes, args.replan, args.noise_scale)
+    print(json.dumps(collector.collect(cfg, args.out, progress=True)))
 
 
 if __name__ == "__main__":

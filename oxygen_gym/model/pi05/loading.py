@@ -20,6 +20,7 @@ from safetensors.torch import save_file
 
 from .config import BUILTIN, GemmaDims, PI05Config, VisionDims
 from .init import default_dtype, empty_model
+from ..noise_rule import check_noise_scale
 from ..norm_stats import NormStats, load_norm_stats, write_lerobot_stats
 from .modeling import PI05Model
 from .weights import P, CheckpointError, checkpoint_keys, load_state, to_checkpoint
@@ -321,14 +322,15 @@ def check_replan_steps(value: object, returned: int | None, field: str = "replan
 
 
 def check_declared_noise_scale(value: object, action_dim: int) -> float | list[float]:
-    """A noise scale fit for config.json: a number >= 0, or a list of at most `action_dim` of them (the sampler's
-    rule of policies/action_noise.py, which lives above the model and so is not imported here)."""
-    values = list(value) if isinstance(value, (list, tuple)) else [value]
-    ok = all(not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in values)
-    if not ok or not values or len(values) > action_dim:
+    """A noise scale fit for config.json: the sampler's rule (model/noise_rule.py) and at most `action_dim` scales."""
+    try:
+        scale = check_noise_scale(value)
+    except ValueError:
+        scale = None
+    if scale is None or isinstance(scale, tuple) and len(scale) > action_dim:
         raise ValueError(f"noise_scale must be a number >= 0 or a list of 1..{action_dim} of them (one per action "
                          f"dim), got {value!r}")
-    return [float(v) for v in values] if isinstance(value, (list, tuple)) else float(value)
+    return list(scale) if isinstance(scale, tuple) else scale
 
 
 def _variant_name(dims: GemmaDims, default: str) -> str:
