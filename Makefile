@@ -20,13 +20,15 @@ test: install
 
 install: system-deps $(STAMP)
 
-# Headless MuJoCo renders through EGL on Mesa's software renderer.
+# Headless MuJoCo renders through EGL on Mesa's software renderer. apt waits up to 5 minutes for a lock another apt
+# holds (an unattended upgrade) instead of failing at once.
 system-deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		echo "installing system packages:$$missing"; \
-		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+		$$SUDO apt-get -o DPkg::Lock::Timeout=300 update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get \
+			-o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends $$missing; \
 	fi
 
 # torch 2.13 CPU is installed first by exact version so pip takes the CPU wheel where one is at hand.
@@ -34,7 +36,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "torch==2.13.0" || $(BIN)/python -m pip install -q "torch>=2.3"
-	$(BIN)/python -m pip install -q -e ".[sim,eval,serve,test]"
+	$(BIN)/python -m pip install -q -e ".[sim,eval,serve,test,train]"
 	# openpi's own client (the serving tests talk to our server with it) pins numpy<2 in its metadata but runs on
 	# numpy 2; installing it without its pins keeps the numpy the simulators were verified with.
 	$(BIN)/python -m pip install -q --no-deps "openpi-client>=0.1.2"
@@ -42,6 +44,13 @@ $(STAMP): pyproject.toml
 	# without its dependency tree (datasets, every policy's stack), plus the few its action head imports.
 	$(BIN)/python -m pip install -q --no-deps "lerobot==0.4.4" "diffusers==0.35.2" "draccus==0.11.6" "mergedeep==1.3.4" \
 		"toml==0.10.2" "typing-inspect==0.9.0" "mypy-extensions>=1.0"
+	# LeRobotDataset reading and writing (train/lerobot_io.py): what lerobot's dataset module imports, at lerobot's
+	# pins (datasets < 5, av < 16); images go in parquet, so no video codec is used (av is imported all the same).
+	$(BIN)/python -m pip install -q "datasets==4.8.5" "pandas==2.3.3" "pyarrow==26.0.1" "av==15.1.0"
+	# ... and torchvision, which it imports too: PyPI's wheel is a CUDA build (its ops do not load on the CPU torch),
+	# so it goes outside the environment, where only lerobot_io.py's child process puts it on the path (installed in
+	# the environment, transformers would take torchvision for usable).
+	$(BIN)/python -m pip install -q --no-deps --upgrade --target $(VENV)/lerobot-torchvision "torchvision==0.28.0"
 	touch $(STAMP)
 
 clean:
@@ -67,12 +76,12 @@ $(VENV_MIN)/.installed: pyproject.toml Makefile
 	$(VENV_MIN)/bin/python -m pip install -q -c $(VENV_MIN)/constraints.txt -e ".[serve,test]" "openpi-client>=0.1.2" "scipy>=1.10" "gymnasium>=1.0"
 	touch $@
 
-# The shipped `libero-spatial` model from scratch (docs/libero-spatial.md, "Now shipped"): perturbed demonstrations
+# The shipped `libero-spatial` model from scratch (docs/libero-spatial.md, "How it was made"): perturbed demonstrations
 # of libero_spatial task 0 on fresh scenes 0-89 (scenes whose draw threw an object > 5 cm dropped; every official init
 # state held out), then the `compact` config for 5,000 steps (its last checkpoint has the lowest validation error,
-# train/checkpoint_monitor.py best_step), exported declaring replan_steps 3 (docs/libero-spatial.md, "A shorter
-# execution horizon") and a deterministic arm with a sampled gripper, noise_scale [0,0,0,0,0,0,1] ("A deterministic
-# arm"). No DAgger fine-tune: on the same fresh scenes one made the model worse.
+# train/checkpoint_monitor.py best_step), exported declaring replan_steps 3 (experiments/libero-spatial-log.md, "A
+# shorter execution horizon") and a deterministic arm with a sampled gripper, noise_scale [0,0,0,0,0,0,1] ("A
+# deterministic arm"). No DAgger fine-tune: on the same fresh scenes one made the model worse.
 # Every step resumes when rerun; the result replaces oxygen_gym/assets/libero-spatial/ (keeping its memory adapter
 # folder, retrained by the next recipe).
 DATA ?= data/libero-spatial

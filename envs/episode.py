@@ -75,6 +75,17 @@ def default_replan(env: gym.Env) -> int:
     return int(getattr(protocol, "replan", 1))
 
 
+def policy_replan(policy: Any) -> int | None:
+    """The actions of each chunk the policy says to execute per call (`replan_steps`, its checkpoint's declaration),
+    or None where it says nothing (the env's protocol then decides)."""
+    value = getattr(policy, "replan_steps", None)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"policy.replan_steps must be an int >= 1 or None, got {value!r}")
+    return int(value)
+
+
 def _policy_call_record(policy: Any, index: int, step: int, n_actions: int, updates: list,
                         wall_ms: float) -> PolicyCall:
     frame = getattr(policy, "last_frame", None)
@@ -141,11 +152,15 @@ def run_episode(
 ) -> EpisodeResult:
     """Reset `env`, then alternate `policy.act(obs)` and the first `replan` actions of its chunk until the episode
     ends or `max_steps` control steps ran. `env` stays open (reuse it for the next episode); `policy` is reset first.
+    `replan` None: the policy's own `replan_steps` (what its checkpoint declares, `MultiTaskPolicy.replan_steps`),
+    else the env's protocol interval.
 
     `policy` needs `act(obs) -> (actions (horizon, action_dim), language updates)`; its `last_frame["frame_ms"]`
     is the latency reported (wall clock around act() when it has none). The video (with `video_dir`) is named after
     the env's episode id and the outcome, or `video_name` and the outcome.
     """
+    if replan is None:
+        replan = policy_replan(policy)
     w = episode_wrappers(env, replan=replan, max_steps=max_steps, init_state=init_state, options=options,
                          video_dir=video_dir, fps=fps, video_name=video_name)
     replan, options, timer, narrator, video, limit = w.replan, w.options, w.timer, w.narrator, w.video, w.limit
@@ -162,7 +177,9 @@ def run_episode(
     memory: list = []
     steps, terminated, truncated, info = 0, False, False, {}
     reset_s, render0, frames0 = 0.0, 0.0, 0
-    bar = tqdm(total=limit, disable=not progress, unit="step", desc=str(getattr(env.unwrapped, "language", "")))
+    # leave=None: kept when it is the only bar (the demo), cleared under eval's episodes bar
+    bar = tqdm(total=limit, disable=not progress, unit="step", desc=str(getattr(env.unwrapped, "language", "")),
+               leave=None, dynamic_ncols=True)
     try:
         obs, info = player.reset(seed=seed, options=options or None)
         reset_s = time.perf_counter() - t_start

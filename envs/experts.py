@@ -58,6 +58,47 @@ class Subtasks:
         return (self.reach, self.grasp, self.carry, self.place, self.release)
 
 
+RIM_RADIUS = float(np.linalg.norm(BOWL_RIM[:2]))  # metres from a bowl's centre to the grasp point on its wall
+LIFT_CLEARANCE = 0.10  # metres the grasp point rises above its resting height before carrying (at least LIFT_HEIGHT)
+
+
+def container_region(libero_env, obj: str) -> str | None:
+    """The fixture region the object starts inside (BDDL `(In obj region)`, e.g. the cabinet's open top drawer), or
+    None for an object that starts on something."""
+    for pred, *args in libero_env.parsed_problem.get("initial_state", []):
+        if pred.lower() == "in" and len(args) == 2 and args[0] == obj:
+            return args[1]
+    return None
+
+
+def grasp_offset(libero_env, obj: str) -> np.ndarray:
+    """Where to grasp `obj`, relative to its centre. On a table, cookie box, ramekin, stove or cabinet top: BOWL_RIM
+    (the wall on the +y side, fingers closing along y). Inside a drawer the wall is 1.6 cm from the drawer's front
+    and back (measured on libero_spatial task 4), too close for the outer finger, and ~4 cm from its sides, so the rim
+    is taken on a side: along the region's local x axis (the drawer's width), the sign with the larger world y."""
+    region = container_region(libero_env, obj)
+    if region is None:
+        return BOWL_RIM.copy()
+    model, data = libero_env.sim.model, libero_env.sim.data
+    body = model.site_bodyid[model.site_name2id(region)]  # the drawer's body (the region site's own frame is not)
+    width = data.body_xmat[body].reshape(3, 3)[:, 0].copy()
+    width[2] = 0.0
+    norm = float(np.linalg.norm(width))
+    if norm < 1e-6:
+        raise ValueError(f"the body of region {region!r} ({obj!r} starts in it) has a vertical x axis; no horizontal "
+                         "grasp direction")
+    width /= norm
+    if width[1] < 0:
+        width = -width
+    return np.array([*(RIM_RADIUS * width[:2]), BOWL_RIM[2]])
+
+
+def lift_height(rest_z: float, rim: np.ndarray) -> float:
+    """World z to lift the grasp point to before carrying: LIFT_HEIGHT (clear of everything on the table), or
+    LIFT_CLEARANCE above the object's resting grasp point when it rests higher (in the drawer, on the cabinet)."""
+    return max(LIFT_HEIGHT, rest_z + float(rim[2]) + LIFT_CLEARANCE)
+
+
 def pick_place_goal(libero_env) -> tuple[str, str]:
     """(object, target) of a single `on` goal, from the task's parsed BDDL problem, or ValueError."""
     goal = libero_env.parsed_problem["goal_state"]
@@ -70,7 +111,9 @@ def pick_place_goal(libero_env) -> tuple[str, str]:
 class SubtaskLabeller:
     """What the robot is doing now, from sim state only: reach -> grasp -> carry -> place -> release.
 
-    Built at the start of an episode (it records the object's resting height, to tell 'lifted' from 'on the table').
+    Built at the start of an episode. Its resting height is the lowest the object has been seen while not held (a
+    bowl drawn above the drawer may still be dropping into it when the episode starts), to tell 'lifted' from
+    'resting'. The grasp point is `grasp_offset`'s (the drawer's bowl is grasped on a side wall); else BOWL_RIM.
     """
 
     GRASP_RADIUS = 0.035  # gripper this close to the grasp point counts as at the object
@@ -82,17 +125,21 @@ class SubtaskLabeller:
         self.obj, self.target = pick_place_goal(libero_env)
         self.subtasks = Subtasks.for_goal(self.obj, self.target)
         self.rest_z = float(self.position(self.obj)[2])
+        self.rim = grasp_offset(libero_env, self.obj)
 
     def position(self, name: str) -> np.ndarray:
         return self.sim.sim.data.body_xpos[self.sim.obj_body_id[name]].copy()
 
     def __call__(self, eef: np.ndarray, gripper_qpos: np.ndarray) -> str:
         obj, target = self.position(self.obj), self.position(self.target)
-        at_object = np.linalg.norm(eef[:3] - (obj + BOWL_RIM)) < self.GRASP_RADIUS
-        lifted = obj[2] > self.rest_z + self.LIFTED
+        at_object = np.linalg.norm(eef[:3] - (obj + self.rim)) < self.GRASP_RADIUS
         closed = float(gripper_qpos[0] - gripper_qpos[1]) < 0.06  # finger opening (open ~0.08, on a bowl wall ~0.03)
-        near_target = np.linalg.norm((obj - target)[:2]) < self.OVER_TARGET
         held = closed and at_object
+        if not held:  # resting height: the lowest seen while not held (see the class docstring)
+            self.rest_z = min(self.rest_z, float(obj[2]))
+        near_target = np.linalg.norm((obj - target)[:2]) < self.OVER_TARGET
+        rest_z = min(self.rest_z, float(target[2])) if near_target else self.rest_z  # over the plate: on the plate
+        lifted = obj[2] > rest_z + self.LIFTED
         if near_target and not held:
             return self.subtasks.release
         if held and lifted:

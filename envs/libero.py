@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from .camera_gate import CameraGate
+from .libero_scenes import reset_fixture_poses
 from .rendering import disable_robosuite_antialiasing, make_robosuite_context_current, use_headless_gl
 
 use_headless_gl()
@@ -174,7 +175,9 @@ class LiberoEnv(gym.Env):
                 self._seeded_reset(index)
             else:
                 # LIBERO's _reset_internal (bddl_base_domain.py) draws every object's pose from the task's placement
-                # initializer with numpy's global RNG, which env.seed sets; no init state is restored afterwards
+                # initializer with numpy's global RNG, which env.seed sets; no init state is restored afterwards. The
+                # fixtures go back to their built pose first, or a soft reset misplaces objects on them (libero_scenes)
+                reset_fixture_poses(sim.env)
                 sim.seed(scene_seed)
                 raw = sim.reset()
             self.camera_gate.install(sim.env, tuple(_CAMERAS.values()), (*self.camera_size, 3))

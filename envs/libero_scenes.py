@@ -3,6 +3,12 @@
 Fresh scenes (`reset(options={"scene_seed": s})`) come from the same placement initializer that LIBERO's official
 init states were drawn from, so "none of them is an official state" is a claim to check, not to assume: an init
 state is a flattened MuJoCo state (time, qpos, qvel), and every movable object has a free joint in qpos.
+
+LIBERO places an object that starts on or in a fixture's region (the bowl on the cabinet, on the stove, in the top
+drawer) at the fixture's sampled pose plus the region site's world position (regions/base_region_sampler.py,
+`SiteRegionRandomSampler.sample`): right only while the fixture still sits at the pose it was built with, as after a
+hard reset. A soft reset keeps the previous draw's fixture poses, so without `reset_fixture_poses` such an object is
+put ~25 cm from its region and falls to the table or the floor.
 """
 from __future__ import annotations
 
@@ -20,6 +26,22 @@ def fresh_scene_seed(suite: str, task_id: int, scene: int) -> int:
     of a task is the same scene in both."""
     parts = [zlib.crc32(b"fresh-scene"), zlib.crc32(suite.encode()), int(task_id), int(scene)]
     return int(np.random.SeedSequence(parts).generate_state(1)[0])
+
+
+def reset_fixture_poses(robosuite_env) -> None:
+    """Put every fixture's root body back at the pose its XML gives it (MJCF defaults: origin, identity), where a
+    freshly built model has it, so a soft reset's draw is the hard reset's draw (see the module docstring)."""
+    from robosuite.utils.mjcf_utils import string_to_array
+
+    model = robosuite_env.sim.model
+    for name, fixture in robosuite_env.fixtures_dict.items():
+        body = fixture.get_obj()
+        other = sorted({"euler", "axisangle", "xyaxes", "zaxis"} & set(body.attrib))
+        if other:
+            raise ValueError(f"fixture {name!r}: its root body's orientation is given as {other}; only 'quat' is read")
+        index = model.body_name2id(fixture.root_body)
+        model.body_pos[index] = string_to_array(body.get("pos", "0 0 0"))
+        model.body_quat[index] = string_to_array(body.get("quat", "1 0 0 0"))
 
 
 def object_qpos_slices(robosuite_env) -> dict[str, slice]:

@@ -90,7 +90,9 @@ def run_live_episode(
     labels: list = []
     memory: list = []
     steps, terminated, truncated, info = 0, False, False, {}
-    bar = tqdm(total=limit, disable=not progress, unit="step", desc=str(getattr(env.unwrapped, "language", "")))
+    # leave=None: kept when it is the only bar (the demo), cleared under eval's episodes bar
+    bar = tqdm(total=limit, disable=not progress, unit="step", desc=str(getattr(env.unwrapped, "language", "")),
+               leave=None, dynamic_ncols=True)
     try:
         obs, info = clock.reset(seed=seed, options=options or None)
         while max_steps is None or steps < max_steps:

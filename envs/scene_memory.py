@@ -12,8 +12,8 @@ Why the answers are subtask sentences and not a scene description ("on the table
 the backbone's projections leaves the tied LM head frozen, so it can only emit tokens the base model learned to
 emit. The shipped `libero-spatial` was trained from scratch on narration alone, and only its 20 narration tokens
 are reachable: with the best-aligned final hidden state, a token outside them gets p ~ 0.002, against p ~ 1.0 for
-' the' or ' plate' (measured; docs/libero-spatial.md, "The memory adapter"). The question about the past keeps
-the task a memory task the base model cannot answer alone (its narration names the current step).
+' the' or ' plate' (measured; experiments/libero-spatial-log.md, "The memory adapter"). The question about the
+past keeps the task a memory task the base model cannot answer alone (its narration names the current step).
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .experts import BOWL_RIM, LIFT_HEIGHT, OSC_POS_SCALE, SubtaskLabeller, pick_place_goal
+from .experts import BOWL_RIM, LIFT_HEIGHT, OSC_POS_SCALE, SubtaskLabeller, grasp_offset, lift_height, pick_place_goal
 
 APPROACH = np.array([0.0, 0.0, 0.12])  # above the grasp point, as PickPlaceExpert approaches
 OVER = np.array([0.0, 0.0, 0.15])  # above the target to carry to
@@ -23,23 +23,25 @@ ON_TABLE = 0.10  # metres above its resting height below which the object is sti
 OPEN_GAP = 0.07  # finger opening above which an opening gripper counts as open again (fully open ~0.078)
 AT_REST = 0.02  # m/s: an object moving slower than this has come to rest (a released bowl lands in ~0.2 s)
 SLOW_LIFT_UNTIL = 0.05  # metres above its resting height: how high the object rises at a capped `lift_speed`
+OSC_ROT_SCALE = 0.5  # radians per rotation action unit (robots[0].controller.output_max[3:])
+YAW_ALIGNED = np.deg2rad(5.0)  # finger axis within this of the grasp direction: descending is safe
 
 
-def lowering_waypoint(target: np.ndarray, place_height: float | None = None) -> np.ndarray:
+def lowering_waypoint(target: np.ndarray, place_height: float | None = None, rim: np.ndarray = BOWL_RIM) -> np.ndarray:
     """Where the eef lowers a held object to over the target: `place_height` metres above the grasp height the object
     would have resting where the target is (None: LOWER's 6 cm, from which the released bowl falls onto the plate;
     0: the bowl is set down on the plate, and LIBERO's `On` holds on contact, before any release)."""
-    return target + BOWL_RIM + (LOWER if place_height is None else np.array([0.0, 0.0, place_height]))
+    return target + rim + (LOWER if place_height is None else np.array([0.0, 0.0, place_height]))
 
 
 def at_release_point(eef: np.ndarray, obj: np.ndarray, target: np.ndarray, release_xy: float | None = None,
-                     place_height: float | None = None) -> bool:
+                     place_height: float | None = None, rim: np.ndarray = BOWL_RIM) -> bool:
     """Low enough over the target to open. Default (`release_xy` None): the eef within REACHED of its lowering
     waypoint in 3-D. With `release_xy` (metres): the eef at the waypoint's height (within REACHED) and the held
     object within `release_xy` of the target horizontally, so a bowl a few centimetres off the plate's centre is let
     go (LIBERO's `On` needs contact, not centring) instead of being corrected to a centimetre a 96 px image can't
     resolve."""
-    waypoint = lowering_waypoint(target, place_height)
+    waypoint = lowering_waypoint(target, place_height, rim)
     if release_xy is None:
         return bool(np.linalg.norm(eef - waypoint) < REACHED)
     return bool(abs(eef[2] - waypoint[2]) < REACHED and np.linalg.norm((obj - target)[:2]) < release_xy)
@@ -47,22 +49,27 @@ def at_release_point(eef: np.ndarray, obj: np.ndarray, target: np.ndarray, relea
 
 def state_phase(eef: np.ndarray, finger_gap: float, obj: np.ndarray, target: np.ndarray, rest_z: float,
                 closing_steps: int = SETTLE_STEPS, missed_target: bool = False,
-                release_xy: float | None = None, place_height: float | None = None) -> str:
+                release_xy: float | None = None, place_height: float | None = None, rim: np.ndarray = BOWL_RIM,
+                lift_z: float = LIFT_HEIGHT, aligned: bool = True) -> str:
     """The phase a state is in: above, down, close, open, lift, over, lower, release or retreat. `closing_steps`: how
     many steps in a row the gripper has been commanded closed (a grip is firm only after SETTLE_STEPS).
     `missed_target`: the object rests near the target but the task's own goal check fails (set down beside the
     plate or on its rim), so it is picked up and placed again instead of being left there. `release_xy` and
-    `place_height`: see `at_release_point` and `lowering_waypoint`."""
-    grasp = obj + BOWL_RIM
+    `place_height`: see `at_release_point` and `lowering_waypoint`. `rim`: the grasp point relative to the object
+    (experts.grasp_offset); `lift_z`: the height a grasped object is lifted to (experts.lift_height); `aligned`: the
+    fingers point along the grasp direction (they are turned above the object before descending)."""
+    grasp = obj + rim
     at_object = np.linalg.norm(eef - grasp) < SubtaskLabeller.GRASP_RADIUS
     over_target = np.linalg.norm((obj - target)[:2]) < SubtaskLabeller.OVER_TARGET
+    if over_target:  # over the plate it rests on the plate: a bowl from the drawer is not "low" at drawer height
+        rest_z = min(rest_z, float(target[2]))
     lifted = obj[2] > rest_z + SubtaskLabeller.LIFTED
     if at_object and finger_gap < OPEN_GAP and not lifted and closing_steps < SETTLE_STEPS:
         return "close"  # closing on the object: let the fingers settle before lifting
     if at_object and finger_gap < CLOSED:  # holding the object (closed on it, fingers settled)
         if over_target:
-            return "release" if at_release_point(eef, obj, target, release_xy, place_height) else "lower"
-        if eef[2] < LIFT_HEIGHT - 0.05 and obj[2] < rest_z + ON_TABLE:
+            return "release" if at_release_point(eef, obj, target, release_xy, place_height, rim) else "lower"
+        if eef[2] < lift_z - 0.05 and obj[2] < rest_z + ON_TABLE:
             return "lift"
         return "over"
     if over_target and obj[2] < rest_z + ON_TABLE and not missed_target:
@@ -71,24 +78,43 @@ def state_phase(eef: np.ndarray, finger_gap: float, obj: np.ndarray, target: np.
         return "close"  # at the grasp point
     if finger_gap < OPEN_GAP:
         return "open"  # (half) closed but not holding: a missed or lost grasp; open before approaching again
-    if np.linalg.norm((eef - grasp)[:2]) < ALIGNED and eef[2] < grasp[2] + APPROACH[2] + REACHED:
+    if aligned and np.linalg.norm((eef - grasp)[:2]) < ALIGNED and eef[2] < grasp[2] + APPROACH[2] + REACHED:
         return "down"
     return "above"
 
 
 def phase_action(phase: str, eef: np.ndarray, obj: np.ndarray, target: np.ndarray,
-                 place_height: float | None = None) -> np.ndarray:
-    """The 7-d OSC action of a phase: a clipped step towards its waypoint, and the gripper command."""
-    grasp = obj + BOWL_RIM
+                 place_height: float | None = None, rim: np.ndarray = BOWL_RIM, lift_z: float = LIFT_HEIGHT,
+                 yaw_error: float = 0.0) -> np.ndarray:
+    """The 7-d OSC action of a phase: a clipped step towards its waypoint, a turn of the fingers about z by
+    `yaw_error` (radians; 0 on every table task), and the gripper command. Above LIFT_HEIGHT (`lift_z` raised for a
+    bowl lifted out of the drawer or off the cabinet) the carry keeps that height until over the target, so the held
+    bowl does not sweep through the drawer's front wall on a diagonal down to the plate."""
+    grasp = obj + rim
+    over = target + rim + OVER
+    if lift_z > LIFT_HEIGHT:
+        over[2] = max(over[2], lift_z)
     goal = {
         "above": grasp + APPROACH, "down": grasp, "close": grasp, "open": eef,
-        "lift": np.array([eef[0], eef[1], LIFT_HEIGHT]), "over": target + BOWL_RIM + OVER,
-        "lower": lowering_waypoint(target, place_height), "release": eef, "retreat": np.array([eef[0], eef[1], LIFT_HEIGHT]),
+        "lift": np.array([eef[0], eef[1], lift_z]), "over": over,
+        "lower": lowering_waypoint(target, place_height, rim), "release": eef,
+        "retreat": np.array([eef[0], eef[1], lift_z]),
     }[phase]
     action = np.zeros(7, np.float32)
     action[:3] = np.clip((goal - eef) / OSC_POS_SCALE, -1, 1)
+    action[5] = np.clip(yaw_error / OSC_ROT_SCALE, -1, 1)
     action[6] = 1.0 if phase in ("close", "lift", "over", "lower") else -1.0
     return action
+
+
+def finger_yaw_error(eef_axis_angle: np.ndarray, rim: np.ndarray) -> float:
+    """Radians to turn the gripper about world z so its fingers (the eef frame's y axis) close along the grasp
+    direction `rim[:2]` (either sign: the fingers are symmetric), in [-pi/2, pi/2)."""
+    from robosuite.utils.transform_utils import axisangle2quat, quat2mat
+
+    fingers = quat2mat(axisangle2quat(np.asarray(eef_axis_angle, np.float64)))[:, 1]
+    error = np.arctan2(rim[1], rim[0]) - np.arctan2(fingers[1], fingers[0])
+    return float((error + np.pi / 2) % np.pi - np.pi / 2)
 
 
 def cap_first_lift(action: np.ndarray, phase: str, obj_z: float, rest_z: float, lift_speed: float | None) -> np.ndarray:
@@ -113,7 +139,10 @@ class StatePickPlaceExpert:
         self.sim, self.release_xy, self.lift_speed = libero_env, release_xy, lift_speed
         self.place_height = place_height
         self.obj, self.target = pick_place_goal(libero_env)
-        self.rest_z = float(self._pos(self.obj)[2])
+        self.rest_z = float(self._pos(self.obj)[2])  # the lowest the object has been seen (see `__call__`)
+        self.rim = grasp_offset(libero_env, self.obj)
+        # the fingers are turned only where the grasp is not BOWL_RIM's (the drawer), so table tasks act as before
+        self.turns = not np.allclose(self.rim, BOWL_RIM)
         self.phase, self.closing, self._closing_before = "above", 0, 0
 
     def _pos(self, name: str) -> np.ndarray:
@@ -130,15 +159,21 @@ class StatePickPlaceExpert:
         eef = np.asarray(state[:3], np.float64)
         gap = float(state[6] - state[7])
         obj, target = self._pos(self.obj), self._pos(self.target)
-        self.phase = state_phase(eef, gap, obj, target, self.rest_z, self.closing, release_xy=self.release_xy,
-                                 place_height=self.place_height)
+        # a bowl drawn above the drawer may still be dropping into it when the episode starts: it rests at the lowest
+        # it has been seen while not in the closed gripper (a held bowl lowered onto the plate is not resting)
+        if not (gap < OPEN_GAP and np.linalg.norm(eef - (obj + self.rim)) < SubtaskLabeller.GRASP_RADIUS):
+            self.rest_z = min(self.rest_z, float(obj[2]))
+        lift_z = lift_height(self.rest_z, self.rim)
+        yaw = finger_yaw_error(state[3:6], self.rim) if self.turns else 0.0
+        where = dict(release_xy=self.release_xy, place_height=self.place_height, rim=self.rim, lift_z=lift_z,
+                     aligned=abs(yaw) < YAW_ALIGNED)
+        self.phase = state_phase(eef, gap, obj, target, self.rest_z, self.closing, **where)
         if self.phase == "retreat" and self._missed_target():  # the sim's goal check only where it can matter
-            self.phase = state_phase(eef, gap, obj, target, self.rest_z, self.closing, missed_target=True,
-                                     release_xy=self.release_xy, place_height=self.place_height)
+            self.phase = state_phase(eef, gap, obj, target, self.rest_z, self.closing, missed_target=True, **where)
         self._closing_before = self.closing
         self.closing = self.closing + 1 if self.phase in ("close", "lift", "over", "lower") else 0  # gripping steps
-        return cap_first_lift(phase_action(self.phase, eef, obj, target, self.place_height), self.phase, obj[2], self.rest_z,
-                              self.lift_speed)
+        action = phase_action(self.phase, eef, obj, target, self.place_height, self.rim, lift_z, yaw)
+        return cap_first_lift(action, self.phase, obj[2], self.rest_z, self.lift_speed)
 
     def executed(self, action: np.ndarray) -> None:
         """Count gripping steps from the action that ran, when it was not this expert's own (DAgger: the policy

@@ -1,8 +1,10 @@
 """`oxygen-gym demo`: one closed-loop LIBERO episode (libero_spatial task 0, init state 0) with a narration task,
 on CPU, capped so it ends in about two minutes; writes the annotated video, `episode.json` and `report.md`.
+`--env aloha` / `--env droid` run one episode of those sims instead (the eval's plug-ins, eval/sims.py).
 
-The built-in model has random weights: its actions and its narration are noise. The demo shows the whole loop
-(simulator -> policy -> actions + language -> video) and its speed; pass `--checkpoint PATH` for a real pi0.5.
+On LIBERO it runs the shipped trained model (libero-spatial) when its weights are installed. A built-in model
+(tiny, small, ...) has random weights: its actions and its narration are noise, and the demo shows only the whole
+loop (simulator -> policy -> actions + language -> video) and its speed; pass `--checkpoint PATH` for a real pi0.5.
 """
 from __future__ import annotations
 
@@ -12,13 +14,12 @@ import sys
 import time
 from pathlib import Path
 
+from oxygen_gym.policies.checkpoints.names import checkpoint_arg, random_weight_model_names
 from oxygen_gym.policies.checkpoints.overrides import ConventionOverrides
 
 from .libero.eval_config import CONVENTION_FIELDS, MODES, PROTOCOLS, EvalConfig, parse_decode_budget, parse_language_task
 from .libero.episode_set import INIT_STATES_PER_TASK, TASKS_PER_SUITE, EpisodeSpec, parse_suites
-from .libero.results import write_json_atomic, write_text_atomic
-from .libero.summary_stats import percentiles
-from .libero.worker import EpisodeWorker
+from .sims import SIM_NAMES
 
 # Policy steps (after the protocol's settle steps) the demo runs by default with a built-in model. Measured on the
 # 2-core CPU this was sized on: a LIBERO step (physics + two cameras rendered in software) takes 0.26-0.38 s, the tiny
@@ -40,16 +41,22 @@ RANDOM_WEIGHTS_NOTE = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", default=None,
-                        help=f"the shipped trained model ({DEFAULT_TRAINED}, the default), a random-weight built-in "
-                             "(tiny, small, pi05) or a pi0.5 checkpoint folder / hub id")
-    parser.add_argument("--suite", default="libero_spatial", help="LIBERO suite (default libero_spatial)")
-    parser.add_argument("--task-id", type=int, default=0, help="task of the suite, 0..9 (default 0)")
+    parser.add_argument("--env", choices=SIM_NAMES, default="libero",
+                        help="simulator: libero (default), aloha (gym-aloha bimanual) or droid (robosuite Panda, "
+                             "DROID-style); aloha and droid run the built-in tiny model unless --checkpoint says")
+    parser.add_argument("--checkpoint", default=None, type=checkpoint_arg,
+                        help=f"the shipped trained model ({DEFAULT_TRAINED}, the default for libero), a built-in "
+                             "model with random weights (tiny, small, pi05, ...) or a checkpoint folder / hub id")
+    parser.add_argument("--suite", default=None, help="LIBERO suite (default libero_spatial)")
+    parser.add_argument("--task-id", type=int, default=0,
+                        help="task: LIBERO 0..9 of the suite; aloha 0 transfer_cube, 1 insertion; droid 0 lift, "
+                             "1 stack, 2 pick_place_can (default 0)")
     parser.add_argument("--init-state", type=int, default=None,
                         help=f"LIBERO init state, 0..49 (default {DEMO_INIT_STATE} for {DEFAULT_TRAINED}, held out of "
-                             "its data; else 0)"),
+                             "its data; else 0); aloha / droid: the placement index (default 0)"),
     parser.add_argument("--seed", type=int, default=None, help="episode seed (default: the protocol's, 7 for openpi)")
-    parser.add_argument("--protocol", choices=PROTOCOLS, default="openpi", help="openpi or lerobot (default openpi)")
+    parser.add_argument("--protocol", choices=PROTOCOLS, default=None,
+                        help="LIBERO: openpi or lerobot (default openpi); aloha and droid have one each")
     parser.add_argument("--max-steps", type=int, default=None,
                         help=f"cap on policy steps (default {DEMO_MAX_STEPS} with a built-in model, about two "
                              f"minutes on a 2-core CPU; the protocol's full limit with a checkpoint); 0 = no cap")
@@ -77,7 +84,8 @@ def _trained_defaults(args: argparse.Namespace) -> dict:
     from .libero.narration import data_collections, training_info, trained_language_tasks
 
     if args.checkpoint is None:
-        args.checkpoint = DEFAULT_TRAINED if trained_model_dir(DEFAULT_TRAINED) else "tiny"
+        libero = args.env == "libero"
+        args.checkpoint = DEFAULT_TRAINED if libero and trained_model_dir(DEFAULT_TRAINED) else "tiny"
     collections = data_collections(training_info(args.checkpoint).get("data"))
 
     def every_collection(setting: str) -> bool:  # render and reset as the data was, if all of it was
@@ -93,9 +101,12 @@ def _trained_defaults(args: argparse.Namespace) -> dict:
 
 
 def _config(args: argparse.Namespace) -> tuple[EvalConfig, EpisodeSpec]:
+    if args.env != "libero":
+        return _sim_config(args)
     from oxygen_gym.envs.protocols import get_libero_protocol
 
-    suites = parse_suites(args.suite)
+    args.protocol = args.protocol or "openpi"
+    suites = parse_suites(args.suite or "libero_spatial")
     if len(suites) != 1:
         raise ValueError(f"--suite: the demo runs one suite, got {args.suite!r}")
     suite = suites[0]
@@ -104,20 +115,17 @@ def _config(args: argparse.Namespace) -> tuple[EvalConfig, EpisodeSpec]:
     trained = _trained_defaults(args)
     if not 0 <= args.init_state < INIT_STATES_PER_TASK:
         raise ValueError(f"--init-state: {args.init_state}; expected 0..{INIT_STATES_PER_TASK - 1}")
-    builtin = args.checkpoint in ("tiny", "small", "pi05")
+    builtin = args.checkpoint in random_weight_model_names()
     max_steps = args.max_steps if args.max_steps is not None else (DEMO_MAX_STEPS if builtin else None)
     if max_steps is not None and max_steps < 0:
         raise ValueError(f"--max-steps: {max_steps}; expected >= 0 (0 = the protocol's limit)")
-    # a trained checkpoint's adapter tasks (its adapters/<name>/, e.g. libero-spatial's memory) run beside narration
-    default = ["narrate"] + sorted(n for n, t in trained.items() if t.get("adapter"))
-    names = [] if args.no_language else (args.language_task or default)
     protocol = get_libero_protocol(args.protocol)
     seed = protocol.seed if args.seed is None else args.seed
     cfg = EvalConfig(
         checkpoint=args.checkpoint, mode=args.mode, decode_budget=parse_decode_budget(args.decode_budget),
         target_action_hz=args.target_action_hz,
-        language_tasks=[parse_language_task(n, args.max_new_tokens, trained=trained) for n in names],
-        protocol=args.protocol,
+        # a trained checkpoint's adapter tasks (its adapters/<name>/, e.g. libero-spatial's memory) beside narration
+        language_tasks=_language_tasks(args, trained), protocol=args.protocol,
         max_steps=max_steps or None, fast_render=args.fast_render, suites=[suite], tasks=[args.task_id],
         episodes=args.init_state + 1, seeds=[seed], device=args.device, video="all", out=args.out,
         fast_reset=args.fast_reset, **ConventionOverrides.from_args(args).as_kwargs(CONVENTION_FIELDS),
@@ -125,7 +133,48 @@ def _config(args: argparse.Namespace) -> tuple[EvalConfig, EpisodeSpec]:
     return cfg, EpisodeSpec(suite, args.task_id, seed, args.init_state)
 
 
+def _language_tasks(args: argparse.Namespace, trained: dict) -> list[dict]:
+    """--task as given, none with --no-language, else narrate plus the checkpoint's adapter tasks."""
+    default = ["narrate"] + sorted(n for n, t in trained.items() if t.get("adapter"))
+    names = [] if args.no_language else (args.language_task or default)
+    return [parse_language_task(n, args.max_new_tokens, trained=trained) for n in names]
+
+
+def _sim_config(args: argparse.Namespace) -> tuple[EvalConfig, EpisodeSpec]:
+    """One episode of the ALOHA or DROID sim: task `--task-id`, placement `--init-state`."""
+    from .sims import get_sim
+
+    sim = get_sim(args.env)
+    for flag, value in (("--suite", args.suite), ("--protocol", args.protocol)):
+        if value is not None:
+            raise ValueError(f"{flag}: LIBERO only; --env {args.env} has one task table and one protocol")
+    trained = _trained_defaults(args)
+    names = sim.task_names()
+    if not 0 <= args.task_id < len(names):
+        raise ValueError(f"--task-id: {args.task_id}; expected 0..{len(names) - 1} ("
+                         + ", ".join(f"{i} {n}" for i, n in enumerate(names)) + ")")
+    if args.init_state < 0:
+        raise ValueError(f"--init-state: {args.init_state}; expected a placement index >= 0")
+    protocol = sim.protocols[0]
+    builtin = args.checkpoint in random_weight_model_names()
+    max_steps = args.max_steps if args.max_steps is not None else (DEMO_MAX_STEPS if builtin else None)
+    if max_steps is not None and max_steps < 0:
+        raise ValueError(f"--max-steps: {max_steps}; expected >= 0 (0 = the protocol's limit)")
+    seed = sim.default_seed(protocol) if args.seed is None else args.seed
+    cfg = EvalConfig(
+        env=args.env, robot=sim.robot, checkpoint=args.checkpoint, mode=args.mode,
+        decode_budget=parse_decode_budget(args.decode_budget), target_action_hz=args.target_action_hz,
+        language_tasks=_language_tasks(args, trained), protocol=protocol, max_steps=max_steps or None,
+        fast_render=bool(args.fast_render), suites=[sim.name], tasks=[args.task_id], episodes=args.init_state + 1,
+        seeds=[seed], device=args.device, video="all", out=args.out,
+        **ConventionOverrides.from_args(args).as_kwargs(CONVENTION_FIELDS),
+    )
+    return cfg, EpisodeSpec(sim.name, args.task_id, seed, args.init_state)
+
+
 def render_report(record: dict, cfg: EvalConfig, builtin: bool) -> str:
+    from .libero.summary_stats import percentiles
+
     fm = percentiles(record.get("frame_ms") or [], qs=(50, 99))
     lines = [
         "# oxygen-gym demo",
@@ -175,12 +224,15 @@ def render_report(record: dict, cfg: EvalConfig, builtin: bool) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .libero.results import write_json_atomic, write_text_atomic
+    from .libero.worker import EpisodeWorker
+
     try:
         cfg, spec = _config(args)
     except ValueError as e:
         print(f"oxygen-gym demo: error: {e}", file=sys.stderr)
         return 2
-    builtin = cfg.checkpoint in ("tiny", "small", "pi05")
+    builtin = cfg.checkpoint in random_weight_model_names()
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     if builtin:
@@ -190,10 +242,19 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr)
     t0 = time.perf_counter()
     worker = EpisodeWorker(cfg)
+    record = None
     try:
         record = worker.run(spec, video_dir=out, progress=True)
+    except KeyboardInterrupt:
+        pass
     finally:
-        worker.close()
+        if record is not None:
+            worker.close()
+    if record is None:  # Ctrl-C; outside the except block, so the interrupted frames are released first
+        from .libero.worker import quiet_interrupt_exit
+
+        quiet_interrupt_exit("\ninterrupted; no episode was written", worker)
+        return 130
     record["demo_wall_s"] = time.perf_counter() - t0
     if record.get("video"):
         record["video"] = str(Path(cfg.out) / record["video"])

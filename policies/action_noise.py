@@ -6,7 +6,7 @@ below 1 starts nearer the flow's mean path (0: one deterministic chunk per obser
 sampler exactly and is the default. On libero-spatial's base model, scale 0 everywhere dropped the bowl less but
 often never released it (35% of fresh scenes against 50%): the release needs the gripper's sampled chance. A scale
 per dimension keeps it there and takes the arm's away (`[0, 0, 0, 0, 0, 0, 1]`, the shipped model's declaration,
-docs/libero-spatial.md "A deterministic arm, a sampled gripper").
+experiments/libero-spatial-log.md "A deterministic arm, a sampled gripper").
 
 A sequence of n scales covers a head's first n action dimensions, in the model's action order (every robot
 transform here keeps the robot's order: LIBERO's 3 position, 3 rotation, gripper); the dimensions past them (the
@@ -14,15 +14,30 @@ padding of a 32-d head) keep unit noise, as in training.
 """
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
-from oxygen_gym.model.noise_rule import NoiseScale, check_noise_scale
+if TYPE_CHECKING:
+    import torch
+
+    from oxygen_gym.model.noise_rule import NoiseScale
 
 __all__ = ["NoiseScale", "check_noise_scale", "noise_multiplier", "noise_scale_arg", "parse_noise_scale"]
 
 
+def __getattr__(name: str):
+    # The rule's names load on first use: the command-line parsers take `noise_scale_arg` from here, and importing
+    # oxygen_gym.model (torch) at parser build would make every `oxygen-gym ... --help` slow (oxygen_gym/cli.py).
+    if name in ("NoiseScale", "check_noise_scale"):
+        from oxygen_gym.model import noise_rule
+
+        return getattr(noise_rule, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def parse_noise_scale(text: str, name: str = "--noise-scale") -> NoiseScale:
     """A command line's noise scale: `0.5`, or one per action dimension, comma separated (`0,0,0,0,0,0,1`)."""
+    from oxygen_gym.model.noise_rule import check_noise_scale
+
     parts = []
     for part in str(text).split(","):
         try:
@@ -35,6 +50,8 @@ def parse_noise_scale(text: str, name: str = "--noise-scale") -> NoiseScale:
 def noise_multiplier(scale: NoiseScale, action_dim: int, head: str = "actions") -> float | torch.Tensor:
     """What a head's `[.., action_dim]` noise is multiplied by: the number itself, or `[action_dim]` scales (the
     sequence, then 1 for the dimensions past it). A sequence longer than the head is an error naming it."""
+    import torch
+
     if isinstance(scale, float):
         return scale
     if len(scale) > action_dim:

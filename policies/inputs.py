@@ -8,11 +8,42 @@ import torch
 from oxygen_gym.model.pi05.prefix_inputs import PrefixInputs
 from oxygen_gym.model.pi05.prompt import missing_image, preprocess_image, tokenize_prompt
 
+from .numeric_range import check_robot_units
 from .robots import RobotSpec
 
 
 class ObservationError(ValueError):
     """An observation that does not match the robot's contract (docs/api.md)."""
+
+
+MAX_IMAGE_ASPECT = 20  # longest side / shortest side: no camera comes near it; the resizers fail far beyond it
+
+
+def check_aspect(height: int, width: int, field: str, error: type[ValueError]) -> None:
+    """An image every family's resizer can scale to its square input (pi0.5's resize-with-pad would shrink an
+    8 x 259200 image's short side to 0 pixels; Qwen3-VL's processor refuses beyond 200:1)."""
+    if max(height, width) > MAX_IMAGE_ASPECT * min(height, width):
+        raise error(f"{field}: image of {height}x{width} pixels is too elongated (sides at most {MAX_IMAGE_ASPECT}:1)")
+
+
+def image_uint8_hwc(img: object, field: str) -> np.ndarray:
+    """One camera image as uint8 (H, W, 3), the form every family's resizer takes. Accepted as openpi's clients send
+    it (openpi `_parse_image`): uint8 or float in [0, 1] (becomes `(255 * img).astype(uint8)`), HWC or CHW (a last
+    axis of 3 is read as HWC). One rule for `act()` and the server (serve/observations.py), so both give the same
+    actions for the same image. A bad image is an ObservationError naming `field`."""
+    if not isinstance(img, np.ndarray):
+        raise ObservationError(f"{field}: expected an image array (H, W, 3) or (3, H, W), got {type(img).__name__}")
+    if img.ndim != 3 or 3 not in (img.shape[0], img.shape[-1]) or min(img.shape) == 0:
+        raise ObservationError(f"{field}: expected shape (H, W, 3) or (3, H, W), got {img.shape}")
+    if img.dtype.kind == "f":
+        if not np.all(np.isfinite(img)) or img.min() < 0 or img.max() > 1:
+            raise ObservationError(f"{field}: float images must hold values in [0, 1]")
+        img = (255 * img).astype(np.uint8)
+    elif img.dtype != np.uint8:
+        raise ObservationError(f"{field}: expected dtype uint8 (or float in [0, 1]), got {img.dtype}")
+    if img.shape[-1] != 3:  # CHW -> HWC
+        img = np.transpose(img, (1, 2, 0))
+    return np.ascontiguousarray(img)
 
 
 def check_observation(obs, robot: RobotSpec) -> tuple[dict[str, np.ndarray], np.ndarray, str]:
@@ -23,7 +54,7 @@ def check_observation(obs, robot: RobotSpec) -> tuple[dict[str, np.ndarray], np.
             raise ObservationError(f"obs['{key}'] is missing")
     images = obs["images"]
     if not isinstance(images, dict):
-        raise ObservationError(f"obs['images'] must be a dict camera -> uint8 (H, W, 3), got {type(images).__name__}")
+        raise ObservationError(f"obs['images'] must be a dict camera -> image (H, W, 3), got {type(images).__name__}")
     allowed = set(robot.cameras) | set(robot.optional_cameras)
     extra = sorted(set(images) - allowed)
     if extra:
@@ -31,20 +62,18 @@ def check_observation(obs, robot: RobotSpec) -> tuple[dict[str, np.ndarray], np.
     missing = sorted(set(robot.cameras) - set(images))
     if missing:
         raise ObservationError(f"obs['images'] is missing camera(s) {missing} for robot {robot.name!r}")
+    images = {name: image_uint8_hwc(img, f"obs['images']['{name}']") for name, img in images.items()}
     for name, img in images.items():
-        if not isinstance(img, np.ndarray):
-            raise ObservationError(f"obs['images']['{name}'] must be a numpy array, got {type(img).__name__}")
-        if img.dtype != np.uint8:
-            raise ObservationError(f"obs['images']['{name}'] must be uint8, got {img.dtype}")
-        if img.ndim != 3 or img.shape[2] != 3 or min(img.shape[:2]) == 0:
-            raise ObservationError(f"obs['images']['{name}'] must have shape (H, W, 3), got {img.shape}")
+        check_aspect(img.shape[0], img.shape[1], f"obs['images']['{name}']", ObservationError)
     state = obs["state"]
     if not isinstance(state, np.ndarray) or state.dtype.kind != "f":
         raise ObservationError(f"obs['state'] must be a float numpy array of shape ({robot.state_dim},), got {getattr(state, 'dtype', type(state).__name__)}")
     if state.shape != (robot.state_dim,):
         raise ObservationError(f"obs['state'] must have shape ({robot.state_dim},) for robot {robot.name!r}, got {state.shape}")
-    if not np.all(np.isfinite(state)):
-        raise ObservationError(f"obs['state'] has non-finite values: {state}")
+    try:
+        check_robot_units(state, "obs['state']")
+    except ValueError as e:
+        raise ObservationError(str(e)) from None
     prompt = obs["prompt"]
     if not isinstance(prompt, str) or not prompt.strip():
         raise ObservationError(f"obs['prompt'] must be a non-empty str, got {prompt!r}")

@@ -1,4 +1,4 @@
-"""What a policy needs of a model family besides the engine seam (engine/model_api.py): how a checked observation
+"""What a policy needs of a model family besides the engine seam (core/model_contract.py): how a checked observation
 becomes the family's prefix bundle, how a language task's prompt becomes the tokens that continue that prefix, and
 the tokenizer that decodes the text. Each family registers one `PolicyFamily` (its IO, its built-in models, and how it
 tells and loads its checkpoint folders); `io_for` finds a model's by its class and `checkpoint_family` a folder's by
@@ -105,11 +105,11 @@ def checkpoint_family(root: Path, family: str | None = None) -> PolicyFamily:
 
 def builtin_names() -> list[str]:
     """Every built-in model name of every registered family."""
-    return [n for f in FAMILIES.values() for n in f.builtins]
+    return [n for f in registered_families().values() for n in f.builtins]
 
 
 def family_of_builtin(name: str) -> PolicyFamily:
-    for f in FAMILIES.values():
+    for f in registered_families().values():
         if name in f.builtins:
             return f
     raise ValueError(f"unknown built-in model {name!r}; expected one of {builtin_names()}")
@@ -117,7 +117,7 @@ def family_of_builtin(name: str) -> PolicyFamily:
 
 def io_for(model, tokenizer, **kwargs) -> ModelIO:
     """The IO of `model`'s family (the nearest registered base class)."""
-    by_class = {f.model_class: f for f in FAMILIES.values()}
+    by_class = {f.model_class: f for f in registered_families().values()}
     for cls in type(model).__mro__:
         if cls in by_class:
             return by_class[cls].make_io(model, tokenizer, **kwargs)

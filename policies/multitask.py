@@ -29,6 +29,7 @@ from .language import LanguageTask, LanguageUpdate, TextStream
 from .action_noise import NoiseScale, check_noise_scale, noise_multiplier
 from .model_io import ModelIO, builtin_names, checkpoint_family, family_of_builtin, io_for
 from .robots import RobotSpec, get_robot
+from .numeric_range import NonFiniteActionsError, check_finite_actions
 from .rtc_inputs import check_delay, check_prev_actions, chunk_guidance
 
 if TYPE_CHECKING:
@@ -81,6 +82,8 @@ class MultiTaskPolicy:
         adapters: dict | None = None,
         merge_adapters: list | None = None,
         noise_scale: NoiseScale | list[float] = 1.0,
+        replan_steps: int | None = None,
+        declared_tasks: list[LanguageTask] | tuple[LanguageTask, ...] = (),
     ) -> None:
         """`action_horizon`: actions act() returns (default: the robot's); `chunk`: actions denoised (default
         `action_horizon`; a checkpoint's own chunk via from_pretrained). `heads`: the action heads act() runs and
@@ -93,7 +96,10 @@ class MultiTaskPolicy:
         one with `LanguageTask(adapter=)`); `merge_adapters`: PEFT folders over the whole model, merged into the
         weights first (policies/task_adapters.py). `noise_scale`: scale of the flow-matching heads' starting noise
         (policies/action_noise.py: 1 = the reference sampler, 0 = one deterministic chunk per observation), or one
-        scale per action dimension (a head's first n dims; the rest keep 1)."""
+        scale per action dimension (a head's first n dims; the rest keep 1). `replan_steps`: actions of each chunk
+        to execute per call (1..action_horizon; None: not said), read by `envs.run_episode` and the server's metadata;
+        `declared_tasks`: the language tasks the checkpoint was trained to answer (from_pretrained fills both from
+        config.json)."""
         self.robot = robot if isinstance(robot, RobotSpec) else get_robot(robot)
         if mode not in POLICY_MODES:
             raise ValueError(f"mode: unknown mode {mode!r}; expected one of {POLICY_MODES}")
@@ -107,6 +113,8 @@ class MultiTaskPolicy:
         self.horizon = int(action_horizon or self.robot.horizon)
         if self.horizon <= 0:
             raise ValueError(f"action_horizon must be > 0, got {self.horizon}")
+        self.replan_steps = _check_replan_steps(replan_steps, self.horizon)
+        self.declared_tasks = _check_declared_tasks(declared_tasks)
         self.chunk = int(chunk or self.horizon)
         if self.chunk < self.horizon:
             raise ValueError(f"chunk ({self.chunk}) must be >= action_horizon ({self.horizon}): actions are cut from it")
@@ -215,6 +223,10 @@ class MultiTaskPolicy:
         revision: str | None = None,
         vlm_config: str | Path | None = None,
         heads: list[str] | tuple[str, ...] | None = None,
+        noise_scale: NoiseScale | list[float] | None = None,
+        adapters: dict[str, str | Path] | list[str] | None = None,
+        rtc: RTCConfig | None = None,
+        replan_steps: int | None = None,
         **kwargs,
     ) -> "MultiTaskPolicy":
         """A built-in model name (`tiny`, `small`, `pi05`: random weights from `seed`), a shipped trained model
@@ -224,16 +236,24 @@ class MultiTaskPolicy:
         files by the registry (policies/model_io.py `checkpoint_family`; `family=` names it instead). A
         checkpoint's cameras, normalisation, chunk, prompt format and tokenizer are resolved before its weights load,
         as its authors' own eval does; every guess is a `CheckpointGuessWarning` naming the argument that overrides
-        it (`oxygen-gym inspect` lists them). `noise_scale=` (None or absent: the checkpoint's config.json
-        `noise_scale`, else 1; policies/checkpoints/noise_scale.py) goes to the constructor. A StarVLA run folder
+        it (`oxygen-gym inspect` lists them). What a checkpoint declares for its own execution in config.json is
+        used unless given: `noise_scale=` (None: its `noise_scale`, else 1; policies/checkpoints/noise_scale.py),
+        `replan_steps=` (None: its `replan_steps`, else None; policies/checkpoints/replan_steps.py); its
+        `language_tasks` become `declared_tasks` (policies/checkpoints/language_tasks.py). `adapters=`: per-task
+        LoRA adapters, {name: PEFT folder} or a list of the checkpoint's own `adapters/<name>/`; `rtc=`: the
+        `RTCConfig` of `act(prev_actions=)`. Other keywords go to the constructor. A StarVLA run folder
         (`starvla`: config.yaml + checkpoints/) takes `vlm_config=` (its backbone's folder, when not in the Hugging
         Face cache) and `heads=` (load only these)."""
         import warnings
 
         from oxygen_gym.model.pi05.init import default_dtype
 
+        from oxygen_gym.model.pi05.loading import CONFIG_FILE, CheckpointError
+
         from .checkpoints import CheckpointGuessWarning, ConventionOverrides, checkpoint_root
+        from .checkpoints.language_tasks import declared_language_tasks
         from .checkpoints.noise_scale import resolved_noise_scale
+        from .checkpoints.replan_steps import declared_replan_steps
 
         if mode not in POLICY_MODES:
             raise ValueError(f"mode: unknown mode {mode!r}; expected one of {POLICY_MODES}")
@@ -244,30 +264,43 @@ class MultiTaskPolicy:
             revision=revision, vlm_config=vlm_config, heads=heads,
         )
         kwargs["heads"] = heads  # the heads act() runs (a StarVLA checkpoint also loads only these)
+        kwargs.update(rtc=rtc, replan_steps=replan_steps)
         dev = torch.device(device)
         dtype = dtype or default_dtype(dev)
-        if kwargs.get("noise_scale", 0) is None:
-            del kwargs["noise_scale"]  # None: the checkpoint's declaration, else the reference sampler
         if isinstance(name_or_path, str) and name_or_path in builtin_names():
+            if noise_scale is not None:  # None: the reference sampler (a built-in declares nothing)
+                kwargs["noise_scale"] = noise_scale
             return cls._builtin(
                 name_or_path, robot_spec, dev, dtype, overrides, seed=seed, tasks=tasks, decode_budget=decode_budget,
-                target_action_hz=target_action_hz, language_deadline_s=language_deadline_s, mode=mode, **kwargs,
+                target_action_hz=target_action_hz, language_deadline_s=language_deadline_s, mode=mode,
+                adapters=adapters, **kwargs,
             )
         root = checkpoint_root(name_or_path, overrides.revision)
-        # the given scale, else config.json's own sampling noise (policies/checkpoints/noise_scale.py), else 1
-        kwargs["noise_scale"] = resolved_noise_scale(root, kwargs.get("noise_scale"))
+        # what config.json declares for the checkpoint's own execution, read (and checked) before any weight: the
+        # given scale, else its sampling noise, else 1; its replan_steps unless given; its language tasks
+        kwargs["noise_scale"] = resolved_noise_scale(root, noise_scale)
+        declared_replan = declared_replan_steps(root) if replan_steps is None else None
+        kwargs["declared_tasks"] = declared_language_tasks(root)
         model, tok, family_kwargs, conv = checkpoint_family(root, overrides.family).load(
             root, robot_spec, overrides, dev, dtype
         )
         for message in conv.warnings:
             warnings.warn(f"{conv.root.name}: {message}", CheckpointGuessWarning, stacklevel=2)
-        if "adapters" in kwargs:  # a list names the checkpoint's own adapters/<name>/ folders
-            kwargs["adapters"] = task_adapters.checkpoint_adapters(root, kwargs["adapters"])
+        # a list names the checkpoint's own adapters/<name>/ folders
+        kwargs["adapters"] = task_adapters.checkpoint_adapters(root, adapters)
         policy = cls(
             model, tok, robot=robot_spec, tasks=tasks, decode_budget=decode_budget, target_action_hz=target_action_hz,
             language_deadline_s=language_deadline_s, mode=mode, seed=seed, **family_kwargs, **kwargs,
         )
         policy.conventions = conv
+        if declared_replan is not None:
+            if declared_replan > policy.horizon:
+                policy.close()
+                raise CheckpointError(
+                    f"{root / CONFIG_FILE}: 'replan_steps' is {declared_replan} but this policy returns "
+                    f"{policy.horizon} actions per call; pass replan_steps= (1..{policy.horizon})"
+                )
+            policy.replan_steps = declared_replan
         return policy
 
     @classmethod
@@ -321,7 +354,12 @@ class MultiTaskPolicy:
         index i is guided towards `prev_actions[i]` with weights 1 below `inference_delay` (control steps that
         pass while this call runs), ramping to 0 at `rtc.execution_horizon` (`self.rtc`). Without them act() is
         plain denoising. `on_actions(actions)`: called as soon as the action heads finish, before the frame's
-        language decode steps, so actions can be dispatched while decoding runs."""
+        language decode steps, so actions can be dispatched while decoding runs.
+
+        Numeric safety (policies/numeric_range.py): `state` and `prev_actions` must be finite and within +-1e6 robot
+        units (ValueError naming the field). Actions that come out NaN or inf are never returned nor passed to
+        `on_actions`: the frame completes (its language requests advance as usual) and act() raises
+        `NonFiniteActionsError`; the policy stays usable."""
         entered = time.perf_counter()
         if self._closed:
             raise RuntimeError("policy is closed")
@@ -341,6 +379,11 @@ class MultiTaskPolicy:
             per_head = {h: self._robot_actions(head_actions[h]) for h in self.action_heads}
             ready["actions"] = per_head[self.action_head] if len(per_head) == 1 else per_head
             ready["ms"] = (time.perf_counter() - entered) * 1e3
+            try:
+                check_finite_actions(per_head, guided=bool(guidance))
+            except NonFiniteActionsError as e:  # withheld; raised once the engine has finished its frame
+                ready["refused"] = e
+                return
             if on_actions is not None:
                 on_actions(ready["actions"])
 
@@ -353,6 +396,8 @@ class MultiTaskPolicy:
             dispatch(result.head_actions)
         updates = [self._update(r, toks) for r, toks in result.advanced]
         self._record(result.stats, k, ready["ms"])
+        if "refused" in ready:
+            raise ready["refused"]
         return ready["actions"], updates
 
     def _guidance(self, prev_actions, inference_delay) -> dict:
@@ -490,3 +535,25 @@ def _select_heads(model_heads: list[str], heads) -> list[str]:
     if len(set(heads)) != len(heads):
         raise ValueError(f"heads: names repeat in {heads}")
     return heads
+
+
+def _check_replan_steps(value: object, horizon: int) -> int | None:
+    """None, or the actions of each chunk to execute per call: an int in 1..horizon (act() returns `horizon`)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= horizon:
+        raise ValueError(f"replan_steps must be an int in 1..{horizon} (the actions act() returns per call), "
+                         f"got {value!r}")
+    return int(value)
+
+
+def _check_declared_tasks(tasks) -> tuple[LanguageTask, ...]:
+    """A checkpoint's declared tasks as a tuple (read-only: server sessions share it), checked as `tasks` is."""
+    if not isinstance(tasks, (list, tuple)):
+        raise ValueError(f"declared_tasks: expected a list of LanguageTask, got {tasks!r}")
+    for t in tasks:
+        if not isinstance(t, LanguageTask):
+            raise ValueError(f"declared_tasks must be LanguageTask objects, got {type(t).__name__}")
+    if len({t.name for t in tasks}) != len(tasks):
+        raise ValueError(f"declared_tasks: names must be unique, got {[t.name for t in tasks]}")
+    return tuple(tasks)

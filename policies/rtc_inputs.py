@@ -12,19 +12,19 @@ import torch
 from oxygen_gym.engine.rtc import Guidance, RTCConfig, prefix_weights
 
 from .normalize import Normalizer
+from .numeric_range import check_robot_units
 from .robots import RobotSpec
 
 
 def check_prev_actions(prev, action_dim: int, field: str = "prev_actions") -> np.ndarray:
-    """`prev` as float32 `(n, action_dim)` with finite values, or an error naming `field`."""
+    """`prev` as float32 `(n, action_dim)`, finite and in range (policies/numeric_range.py), or an error naming `field`."""
     try:
         a = np.asarray(prev, dtype=np.float32)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{field}: expected a float array of shape (n, {action_dim}), got {type(prev).__name__}") from exc
     if a.ndim != 2 or a.shape[1] != action_dim:
         raise ValueError(f"{field}: expected shape (n, {action_dim}) in robot units, got {a.shape}")
-    if not np.isfinite(a).all():
-        raise ValueError(f"{field}: holds NaN or inf")
+    check_robot_units(a, field)
     return a
 
 

@@ -108,7 +108,9 @@ class EngineLoop:
         with self._cv:
             if self._stopping:
                 raise RuntimeError("the engine is stopped")
-            if not force and len(self._jobs) >= self.max_queue:
+            # frames only: a storm of connections closing queues one forced "drop" job each, and those must not make
+            # a connected robot's frame look like an overload
+            if not force and sum(j.kind == "frame" for j in self._jobs) >= self.max_queue:
                 raise EngineBusy(f"engine queue full ({self.max_queue} outstanding frames)")
             self._jobs.append(job)
             self._cv.notify()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from oxygen_gym.policies.inputs import ObservationError, check_aspect, image_uint8_hwc
 from oxygen_gym.policies.robots import RobotSpec
 
 
@@ -72,19 +73,15 @@ def _image(value, field: str, limits: Limits) -> np.ndarray:
     h, w = img.shape[:2] if img.shape[-1] == 3 else img.shape[1:]
     if h < MIN_IMAGE_SIDE or w < MIN_IMAGE_SIDE:
         raise ObservationKeyError(f"{field}: image of {h}x{w} pixels; each side must be at least {MIN_IMAGE_SIDE}")
+    check_aspect(h, w, field, ObservationKeyError)
     if h * w > limits.max_image_pixels:
         raise ObservationKeyError(
             f"{field}: image of {h}x{w} = {h * w} pixels, over the limit of {limits.max_image_pixels} (--max-image-pixels)"
         )
-    if img.dtype.kind == "f":
-        if not np.all(np.isfinite(img)) or img.min() < 0 or img.max() > 1:
-            raise ObservationKeyError(f"{field}: float images must hold values in [0, 1]")
-        img = (255 * img).astype(np.uint8)
-    elif img.dtype != np.uint8:
-        raise ObservationKeyError(f"{field}: expected dtype uint8 (or float in [0, 1]), got {img.dtype}")
-    if img.shape[-1] != 3:  # CHW -> HWC
-        img = np.transpose(img, (1, 2, 0))
-    return np.ascontiguousarray(img)
+    try:  # dtype and layout by act()'s own rule (policies/inputs.py), so both give the same actions
+        return image_uint8_hwc(img, field)
+    except ObservationError as e:
+        raise ObservationKeyError(str(e)) from None
 
 
 def _vector(value, field: str, n: int) -> np.ndarray:

@@ -3,6 +3,7 @@
     oxygen-gym serve --checkpoint tiny --robot libero --port 8000
     oxygen-gym serve --checkpoint small --robot libero --task narrate --decode-budget 5 --max-robots 4 --threads 1
     OXYGEN_GYM_API_KEY=... oxygen-gym serve --checkpoint libero-spatial --host 0.0.0.0   # on the robot's network
+    oxygen-gym serve --ray --replicas 2 --max-robots 4   # Ray Serve replicas, each its own engine (serve/fleet/)
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -23,12 +25,18 @@ API_KEY_ENV = "OXYGEN_GYM_API_KEY"  # serve/server.py reads the same name
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from oxygen_gym.policies.action_noise import noise_scale_arg
 
-    parser.add_argument("--checkpoint", default="tiny", help="built-in model (tiny | small | pi05 | multi-tiny | xr0-tiny | ...) or a checkpoint folder")
+    from oxygen_gym.policies.checkpoints.names import checkpoint_arg
+
+    parser.add_argument("--checkpoint", default="tiny", type=checkpoint_arg,
+                        help="the shipped trained model (libero-spatial), a built-in model with random weights (tiny, "
+                             "small, pi05, multi-tiny, xr0-tiny, ...) or a checkpoint folder / hub id (default tiny)")
     parser.add_argument("--robot", default="libero", choices=("libero", "droid", "aloha"), help="robot family (observation keys)")
     parser.add_argument("--task", action="append", default=None, metavar="NAME[=PROMPT]", dest="language_task",
-                        help="language task(s) served with the actions (default: narrate); repeatable")
+                        help="language task(s) served with the actions (default: narrate); repeatable. A name the "
+                             "checkpoint declares (config.json language_tasks) gets its own prompt and token cap")
     parser.add_argument("--no-language", action="store_true", help="actions only")
-    parser.add_argument("--max-new-tokens", type=int, default=30, help="token cap per language request (default 30)")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="token cap per language request (default: the checkpoint's declared task's, else 30)")
     parser.add_argument("--every", type=int, default=1, help="start a language request every N frames (default 1)")
     parser.add_argument("--decode-budget", default="5", help="language tokens per request per frame, or auto (default 5)")
     parser.add_argument("--target-action-hz", type=float, default=None, help="with --decode-budget auto")
@@ -58,7 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     security.add_argument("--max-buffered-frames", type=int, default=2,
                           help="websocket frames read ahead per connection; beyond it the server stops reading (default 2)")
     security.add_argument("--idle-timeout-s", type=float, default=120.0,
-                          help="close a session silent this long, freeing its robot slot (default 120; 0: never)")
+                          help="close a session that sends no frame this long, freeing its robot slot; rejected "
+                               "and control messages do not count as frames (default 120; 0: never)")
+    security.add_argument("--max-invalid-messages", type=int, default=20,
+                          help="close a session after this many refused messages in a row (1008) (default 20)")
     rtc = parser.add_argument_group("real-time chunking (requests with prev_actions; docs/api.md section 6)")
     rtc.add_argument("--rtc-method", choices=("guided", "cheap"), default="guided",
                      help="guided: VJP through the action expert; cheap: the plain weighted error (default guided)")
@@ -80,6 +91,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch intra-op threads; size it to the cores the server really has beside its clients")
     parser.add_argument("--max-seconds", type=float, default=None, help="stop by itself after this long")
+    fleet = parser.add_argument_group("a fleet on Ray Serve (docs/serve.md, A fleet on Ray)")
+    fleet.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                       help="serve as Ray Serve replicas, each with its own engine; no ADDRESS starts a local Ray, or "
+                            "give auto / ray://host:10001 to join a cluster. --max-robots is per replica")
+    fleet.add_argument("--replicas", type=int, default=None, help="with --ray: replicas (default 2; with "
+                                                                   "--max-replicas, the autoscaling floor)")
+    fleet.add_argument("--max-replicas", type=int, default=None,
+                       help="with --ray: autoscale between --replicas and this on robots per replica")
+    fleet.add_argument("--robots-per-replica", type=float, default=None,
+                       help="with --max-replicas: the autoscaling target (default: half of --max-robots)")
+    fleet.add_argument("--replica-cpus", type=float, default=1.0, help="with --ray: CPUs per replica (default 1)")
+    fleet.add_argument("--replica-gpus", type=float, default=None,
+                       help="with --ray: GPUs per replica (default 1 with --device cuda, else 0)")
+    fleet.add_argument("--drain-timeout-s", type=float, default=600.0,
+                       help="with --ray: how long a replica being replaced or scaled down keeps its live robots "
+                            "before it stops (default 600)")
     from oxygen_gym.policies.checkpoints.overrides import ConventionOverrides
 
     ConventionOverrides.add_arguments(parser)
@@ -89,10 +116,16 @@ def build_policy(args: argparse.Namespace) -> MultiTaskPolicy:
     """The template policy every robot session copies (its model, tokenizer, robot conventions and tasks)."""
     from oxygen_gym import LanguageTask, MultiTaskPolicy, RTCConfig
     from oxygen_gym.policies.task_args import parse_decode_budget, parse_language_task
+    from oxygen_gym.policies.checkpoints.language_tasks import declared_language_tasks
     from oxygen_gym.policies.checkpoints.overrides import ConventionOverrides
 
     names = [] if args.no_language else (args.language_task or ["narrate"])
-    tasks = [LanguageTask(**parse_language_task(n, args.max_new_tokens, args.every)) for n in names]
+    # a trained checkpoint answers only its own prompts: its declared tasks fill what --task and --max-new-tokens
+    # leave unsaid; an adapter task loads the checkpoint's own adapters/<name>/
+    overrides = ConventionOverrides.from_args(args)
+    declared = {t.name: asdict(t) for t in declared_language_tasks(args.checkpoint, overrides.revision)}
+    tasks = [LanguageTask(**parse_language_task(n, args.max_new_tokens, args.every, trained=declared)) for n in names]
+    adapters = sorted({t.adapter for t in tasks if t.adapter}) or None
     budget = parse_decode_budget(args.decode_budget)
     rtc = RTCConfig(
         execution_horizon=args.rtc_execution_horizon, schedule=args.rtc_schedule,
@@ -101,23 +134,24 @@ def build_policy(args: argparse.Namespace) -> MultiTaskPolicy:
     return MultiTaskPolicy.from_pretrained(
         args.checkpoint, robot=args.robot, tasks=tasks, decode_budget=budget, target_action_hz=args.target_action_hz,
         mode="oxygen", device=args.device, seed=args.seed, num_slots=1, heads=args.heads, rtc=rtc,
-        noise_scale=args.noise_scale,
-        **ConventionOverrides.from_args(args).as_kwargs(),
+        noise_scale=args.noise_scale, adapters=adapters,
+        **overrides.as_kwargs(),
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
+    from oxygen_gym.engine.placement import place
 
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        # threads sized to the cores the server owns beside its clients, before torch loads (engine/placement.py)
+        placement = None if args.ray is not None else place(threads=args.threads)
+    except ValueError as e:
+        print(f"oxygen-gym serve: {e}", file=sys.stderr)
+        return 2
     from .observations import Limits
     from .server import PolicyServer, ServeConfig
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    if args.threads is not None:
-        if args.threads < 1:
-            print(f"oxygen-gym serve: --threads must be >= 1, got {args.threads}", file=sys.stderr)
-            return 2
-        torch.set_num_threads(args.threads)
     try:
         cfg = ServeConfig(
             host=args.host, port=args.port, max_robots=args.max_robots, batching=args.batching == "on",
@@ -127,10 +161,16 @@ def run(args: argparse.Namespace) -> int:
             insecure=args.insecure, allow_origins=tuple(args.allow_origin),
             limits=Limits(max_prompt_chars=args.max_prompt_chars, max_image_pixels=args.max_image_pixels),
             max_prompt_tokens=args.max_prompt_tokens, max_buffered_frames=args.max_buffered_frames,
-            idle_timeout_s=args.idle_timeout_s, control_hz=args.control_hz,
+            idle_timeout_s=args.idle_timeout_s, max_invalid_messages=args.max_invalid_messages,
+            control_hz=args.control_hz,
         ).check()
+        if args.ray is not None:
+            return _run_fleet(args, cfg)
+        if any(getattr(args, k) is not None for k in ("replicas", "max_replicas", "robots_per_replica", "replica_gpus")):
+            raise ValueError("--replicas, --max-replicas, --robots-per-replica and --replica-gpus need --ray")
         policy = build_policy(args)
         server = PolicyServer(policy, cfg)
+        server.placement = placement.as_record()
     except ValueError as e:
         print(f"oxygen-gym serve: {e}", file=sys.stderr)
         return 2
@@ -138,7 +178,8 @@ def run(args: argparse.Namespace) -> int:
     def ready(port: int) -> None:
         access = "API key required" if cfg.api_key else "no API key"
         print(f"oxygen-gym serve: listening on ws://{args.host}:{port} (robot {args.robot}, model {args.checkpoint}, "
-              f"batching {args.batching}, max robots {args.max_robots}, {access}, pid {os.getpid()})", flush=True)
+              f"batching {args.batching}, max robots {args.max_robots}, {access}, {placement.threads} torch thread(s) "
+              f"({placement.source}), pid {os.getpid()})", flush=True)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -147,4 +188,39 @@ def run(args: argparse.Namespace) -> int:
         await server.serve(on_ready=ready, max_seconds=args.max_seconds)
 
     asyncio.run(main())
+    return 0
+
+
+def _run_fleet(args: argparse.Namespace, cfg) -> int:
+    """`--ray`: the same server as Ray Serve replicas (serve/fleet/); runs until SIGINT/SIGTERM or --max-seconds."""
+    import functools
+    import threading
+
+    from .fleet.app import FleetOptions, start_fleet
+
+    fleet_options = FleetOptions(
+        replicas=args.replicas or 2, max_replicas=args.max_replicas, robots_per_replica=args.robots_per_replica,
+        replica_cpus=args.replica_cpus,
+        replica_gpus=args.replica_gpus if args.replica_gpus is not None else (1.0 if args.device.startswith("cuda") else 0.0),
+        drain_timeout_s=args.drain_timeout_s, threads=args.threads,
+    ).check(cfg.max_robots)
+    if cfg.port == 0:  # Serve's proxy needs a fixed port: take a free one of this machine
+        import socket
+
+        with socket.socket() as s:
+            s.bind((cfg.host, 0))
+            cfg.port = s.getsockname()[1]
+    fleet = start_fleet(functools.partial(build_policy, args), cfg, fleet_options, address=args.ray)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    access = "API key required" if cfg.api_key else "no API key"
+    size = (f"{fleet_options.replicas} replicas" if fleet_options.max_replicas is None else
+            f"{fleet_options.replicas} to {fleet_options.max_replicas} replicas")
+    print(f"oxygen-gym serve: listening on {fleet.uri} (Ray Serve, {size}, robot {args.robot}, model {args.checkpoint}, "
+          f"max robots {cfg.max_robots} per replica, {access}, pid {os.getpid()})", flush=True)
+    try:
+        stop.wait(timeout=args.max_seconds)
+    finally:
+        fleet.stop()
     return 0

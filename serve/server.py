@@ -38,17 +38,21 @@ from websockets.asyncio.server import ServerConnection, serve
 
 from oxygen_gym.engine.batch import BatchScheduler
 from oxygen_gym.engine.slots import SlotPool
-from oxygen_gym.policies.inputs import ObservationError
+from oxygen_gym.policies.inputs import ObservationError, check_aspect
+from oxygen_gym.policies.numeric_range import NonFiniteActionsError
 
 from . import wire
-from .batch_loop import EngineLoop, SessionClosed, SessionEngine, session_policy
+from .batch_loop import EngineBusy, EngineLoop, SessionClosed, SessionEngine, session_policy
+from .memory import Trimmer
 from .observations import Limits, ObservationKeyError, short, to_policy_obs
 from .rtc_fields import DelayEstimator, rtc_fields
 
 log = logging.getLogger("oxygen_gym.serve")
 
 CLOSE_TRY_AGAIN = 1013  # RFC 6455 "try again later": a handshake that raced past the capacity check
-CLOSE_IDLE = 1000  # normal closure, reason "idle ...": the session sent nothing for --idle-timeout-s
+CLOSE_IDLE = 1000  # normal closure, reason "idle ...": the session did no work for --idle-timeout-s
+CLOSE_INVALID = 1008  # RFC 6455 "policy violation": --max-invalid-messages invalid messages in a row
+SECURITY_HEADERS = ("Host", "Authorization", "Origin")  # sent twice, they are ambiguous: refused with 400
 RETRY_AFTER_S = 5  # what a full server tells a refused robot (HTTP 503 Retry-After)
 ERROR_CHARS = 400  # the longest error reply (a field's name and what was expected; values are clipped shorter)
 API_KEY_ENV = "OXYGEN_GYM_API_KEY"
@@ -82,7 +86,9 @@ class ServeConfig:
     limits: Limits = field(default_factory=Limits)
     max_prompt_tokens: int = 256
     max_buffered_frames: int = 2  # websocket frames read ahead per connection before the server stops reading
-    idle_timeout_s: float = 120.0  # a session silent this long is closed (0: never)
+    idle_timeout_s: float = 120.0  # a session that sends no frame this long is closed (0: never)
+    max_invalid_messages: int = 20  # a session whose messages are refused this many times in a row is closed
+    stats_per_s: float = 2.0  # `stats` control messages a session may send per second (a burst of 5 allowed)
     control_hz: float | None = None  # the robots' control rate, for estimating an RTC delay (None: the robot's)
 
     def check(self) -> "ServeConfig":
@@ -109,6 +115,10 @@ class ServeConfig:
         ):
             if value < low:
                 raise ValueError(f"{name} must be >= {low}, got {value}")
+        if self.max_invalid_messages < 1:
+            raise ValueError(f"--max-invalid-messages must be >= 1, got {self.max_invalid_messages}")
+        if not self.stats_per_s > 0:
+            raise ValueError(f"stats_per_s must be > 0, got {self.stats_per_s}")
         if self.idle_timeout_s < 0:
             raise ValueError(f"--idle-timeout-s must be >= 0 (0: never), got {self.idle_timeout_s}")
         if self.control_hz is not None and not 0 < self.control_hz <= 10_000:
@@ -149,6 +159,8 @@ class PolicyServer:
         self._delays: dict[int, DelayEstimator] = {}  # session -> its measured inference delay (RTC without one)
         self._ids = itertools.count()
         self._threads = ThreadPoolExecutor(max_workers=config.max_robots + 2, thread_name_prefix="oxygen-serve-act")
+        self.placement: dict | None = None  # the threads this process chose (engine/placement.py), in /stats
+        self.trimmer = Trimmer()  # returns freed message memory to the OS (glibc keeps it: docs/serve.md, Memory)
         self.started = time.time()
         self.port: int | None = None
         self._stop: asyncio.Event | None = None
@@ -162,6 +174,8 @@ class PolicyServer:
             "action_horizon": int(t.horizon),
             "action_dim": int(t.robot.action_dim),
             "action_heads": list(t.action_heads),
+            # actions of each chunk the checkpoint declares to execute per call (None: not declared; the client's own)
+            "replan_steps": t.replan_steps,
             "tasks": [{"name": x.name, "prompt": x.prompt, "max_new_tokens": x.max_new_tokens, "every": x.every} for x in t.tasks],
             "decode_budget": getattr(t.budget, "k", "auto"),
             "session": session,
@@ -176,13 +190,14 @@ class PolicyServer:
         return {
             "sessions": len(self.sessions),
             "uptime_s": time.time() - self.started,
+            "placement": self.placement,
             "batches": batches.summary(self.template.horizon),
             "mean_robots_per_batch": float(np.mean([b["robots"] for b in recent])) if recent else 0.0,
             # running totals: differences between two reads describe the batches in between (bench serve)
             "totals": {
                 "batches": batches.frames, "robot_frames": self.engine.robot_frames, "frame_ms": batches.frame_ms_sum,
                 "stage_ms": dict(batches.stage_ms_sum), "tokens": batches.tokens,
-                "frames_dropped": self.engine.frames_dropped,
+                "frames_dropped": self.engine.frames_dropped, "memory_trims": self.trimmer.trims,
             },
             **self.engine.snapshot(),
         }
@@ -213,6 +228,9 @@ class PolicyServer:
 
     def _refusal(self, connection: ServerConnection, request, http_path: bool):
         headers, cfg = request.headers, self.config
+        for name in SECURITY_HEADERS:  # one value each, or the checks below could read a different one than a proxy
+            if len(headers.get_all(name)) > 1:
+                return self._refuse(connection, http.HTTPStatus.BAD_REQUEST, f"duplicate {name} header")
         if is_loopback(cfg.host) and _hostname(headers.get("Host", "")) not in LOOPBACK_NAMES:
             # a loopback server answers loopback names only: a web page whose name re-resolves to 127.0.0.1 (DNS
             # rebinding) would otherwise be same-origin with it
@@ -245,24 +263,36 @@ class PolicyServer:
         self._delays[sid] = DelayEstimator(self.config.control_hz or policy.robot.control_hz)
         self.engine.register(sid)
         idle = self.config.idle_timeout_s or None
+        stats_bucket = _TokenBucket(self.config.stats_per_s, burst=5)
         log.info("robot session %d connected from %s", sid, ws.remote_address)
         try:
             await ws.send(wire.packb(self.metadata(sid)))
             prev_total_ms = None
+            last_work = time.monotonic()  # only frames answered with actions keep a session (docs/serve.md)
+            invalid_in_row = 0
             while True:
+                wait = None if idle is None else max(0.0, last_work + idle - time.monotonic())
                 try:
-                    message = await asyncio.wait_for(ws.recv(), timeout=idle)
+                    message = await asyncio.wait_for(ws.recv(), timeout=wait)
                 except TimeoutError:
-                    log.info("robot session %d idle for %s s; closing it", sid, idle)
-                    await ws.close(CLOSE_IDLE, f"idle timeout: no message for {idle:g} s (--idle-timeout-s)")
+                    log.info("robot session %d sent no frame for %s s; closing it", sid, idle)
+                    await ws.close(CLOSE_IDLE, f"idle timeout: no frame for {idle:g} s (--idle-timeout-s)")
                     break
                 start = time.perf_counter()
-                reply = await self._reply_unless_gone(ws, sid, policy, message, prev_total_ms)
-                if reply is None:
+                outcome = await self._reply_unless_gone(ws, sid, policy, message, prev_total_ms, stats_bucket)
+                if outcome is None:
                     break
+                reply, kind = outcome
                 await ws.send(reply)
-                if isinstance(reply, bytes):
+                self.trimmer.note(len(message))
+                if kind == _FRAME:
                     prev_total_ms = 1e3 * (time.perf_counter() - start)
+                    last_work = time.monotonic()
+                invalid_in_row = invalid_in_row + 1 if kind == _INVALID else 0
+                if invalid_in_row >= self.config.max_invalid_messages:
+                    log.info("robot session %d: %d invalid messages in a row; closing it", sid, invalid_in_row)
+                    await ws.close(CLOSE_INVALID, f"{invalid_in_row} invalid messages in a row (--max-invalid-messages)")
+                    break
         except websockets.ConnectionClosed:
             pass
         finally:
@@ -272,9 +302,9 @@ class PolicyServer:
             await asyncio.wrap_future(self.engine.unregister(sid))
             log.info("robot session %d left; its requests and slots are freed", sid)
 
-    async def _reply_unless_gone(self, ws, sid: int, policy, message, prev_total_ms):
+    async def _reply_unless_gone(self, ws, sid: int, policy, message, prev_total_ms, stats_bucket):
         """`_reply`, unless the robot disconnects first: then its queued frame is dropped unrun (None)."""
-        reply = asyncio.ensure_future(self._reply(sid, policy, message, prev_total_ms))
+        reply = asyncio.ensure_future(self._reply(sid, policy, message, prev_total_ms, stats_bucket))
         gone = asyncio.ensure_future(ws.wait_closed())
         try:
             await asyncio.wait({reply, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -287,28 +317,33 @@ class PolicyServer:
         await asyncio.wait({reply})
         return None
 
-    async def _reply(self, sid: int, policy, message, prev_total_ms) -> bytes | str:
-        """The reply to one message: msgpack bytes, or a short text error naming what was wrong."""
+    async def _reply(self, sid: int, policy, message, prev_total_ms, stats_bucket) -> tuple[bytes | str, str]:
+        """The reply to one message (msgpack bytes, or a short text error naming what was wrong) and its kind:
+        `_FRAME` (actions), `_CONTROL`, `_INVALID` (the client's message was refused) or `_FAILED` (the server's)."""
         loop = asyncio.get_running_loop()
         start = time.perf_counter()
         try:
-            obs = wire.unpackb(message, self.config.max_message_bytes)
-            if isinstance(obs, dict) and "__ctrl__" in obs:
-                return wire.packb(await self._control(loop, policy, obs["__ctrl__"]))
-            policy_obs = to_policy_obs(obs, policy.robot, self.config.default_prompt, self.config.limits)
-            self._check_prompt_tokens(sid, policy_obs["prompt"])
-            rtc = self._rtc_arguments(sid, policy, obs)
+            # decoding and validation off the event loop: /healthz, other robots and SIGTERM never wait on them
+            parsed = await loop.run_in_executor(self._threads, self._parse, sid, policy, message)
+            if parsed[0] == "ctrl":
+                return wire.packb(await self._control(loop, policy, parsed[1], stats_bucket)), _CONTROL
+            _, obs, policy_obs, rtc = parsed
             act = functools.partial(policy.act, policy_obs, **{k: v for k, v in rtc.items() if k != "estimated"})
             actions, updates = await loop.run_in_executor(self._threads, act)
             heads = actions if isinstance(actions, dict) else {policy.action_head: actions}
         except (wire.WireError, ObservationKeyError, ObservationError) as e:
-            return _clip(f"oxygen-gym serve: bad message: {e}")
+            return _clip(f"oxygen-gym serve: bad message: {e}"), _INVALID
+        except NonFiniteActionsError as e:  # never a NaN to a robot (policies/numeric_range.py)
+            log.warning("robot session %d: %s", sid, e)
+            return _clip(f"oxygen-gym serve: no actions: {e}"), _FAILED
         except SessionClosed:
-            return "oxygen-gym serve: session closed"
+            return "oxygen-gym serve: session closed", _FAILED
+        except EngineBusy:
+            return f"oxygen-gym serve: busy, retry in {RETRY_AFTER_S} s (the engine's frame queue is full)", _FAILED
         except Exception:  # noqa: BLE001 - the server and the connection survive; details stay in the server's log
             error_id = secrets.token_hex(4)
             log.exception("robot session %d: internal error %s", sid, error_id)
-            return f"oxygen-gym serve: internal error {error_id} (the server log has the details under this id)"
+            return f"oxygen-gym serve: internal error {error_id} (the server log has the details under this id)", _FAILED
         frame = policy.last_frame or {}
         timing = {"infer_ms": 1e3 * (time.perf_counter() - start)}
         if sid in self._delays:
@@ -318,7 +353,7 @@ class PolicyServer:
         extra = {}
         if rtc:  # what the chunk was guided with (the delay the server estimated, when the robot sent none)
             extra["rtc"] = {"inference_delay": rtc["inference_delay"], "estimated": rtc["estimated"]}
-        return wire.packb(
+        reply = wire.packb(
             {
                 **extra,
                 "actions": heads[policy.action_head],  # the first head's chunk: what openpi-client reads
@@ -335,6 +370,17 @@ class PolicyServer:
                 "policy_timing": {"infer_ms": float(frame.get("frame_ms", 0.0))},
             }
         )
+        return reply, _FRAME
+
+    def _parse(self, sid: int, policy, message) -> tuple:
+        """One message decoded and checked (runs on a worker thread): ("ctrl", value) or ("frame", the decoded
+        observation, act()'s observation, its RTC arguments). Raises the named errors `_reply` answers with."""
+        obs = wire.unpackb(message, self.config.max_message_bytes)
+        if isinstance(obs, dict) and "__ctrl__" in obs:
+            return "ctrl", obs["__ctrl__"]
+        policy_obs = to_policy_obs(obs, policy.robot, self.config.default_prompt, self.config.limits)
+        self._check_prompt_tokens(sid, policy_obs["prompt"])
+        return "frame", obs, policy_obs, self._rtc_arguments(sid, policy, obs)
 
     def _rtc_arguments(self, sid: int, policy, obs: dict) -> dict:
         """act()'s real-time-chunking arguments from the request (none for openpi-client's plain requests)."""
@@ -355,7 +401,7 @@ class PolicyServer:
             raise ObservationKeyError(f"prompt: {n} tokens, over the limit of {self.config.max_prompt_tokens} (--max-prompt-tokens)")
         self._prompt_ok[sid] = prompt
 
-    async def _control(self, loop, policy, ctrl) -> dict:
+    async def _control(self, loop, policy, ctrl, stats_bucket: "_TokenBucket") -> dict:
         if not isinstance(ctrl, str):
             raise ObservationKeyError(f"__ctrl__: expected a string (reset, episode_start, episode_end or stats), got {short(ctrl)}")
         if ctrl in ("reset", "episode_start"):
@@ -364,7 +410,11 @@ class PolicyServer:
         if ctrl == "episode_end":
             return {"__ack__": ctrl}
         if ctrl == "stats":  # this session's own figures; server-wide ones are at GET /stats (behind the key)
-            return {"__ack__": ctrl, "session": _jsonable(policy.stats())}
+            if not stats_bucket.take():
+                raise ObservationKeyError(f"__ctrl__: stats asked too often (at most {self.config.stats_per_s:g} per "
+                                          "second per session)")
+            figures = await loop.run_in_executor(self._threads, policy.stats)
+            return {"__ack__": ctrl, "session": _jsonable(figures)}
         raise ObservationKeyError(f"__ctrl__: unknown control {short(ctrl)}; expected reset, episode_start, episode_end or stats")
 
     # ------------------------------------------------------------------ lifecycle
@@ -378,12 +428,15 @@ class PolicyServer:
             open_timeout=10, ping_interval=20, ping_timeout=20, close_timeout=5,
         ) as server:
             self.port = next(iter(server.sockets)).getsockname()[1]
+            trimming = asyncio.create_task(self.trimmer.run())
             if on_ready:
                 on_ready(self.port)
             try:
                 await asyncio.wait_for(self._stop.wait(), timeout=max_seconds)
             except TimeoutError:
                 log.info("stopping after --max-seconds %s", max_seconds)
+            finally:
+                trimming.cancel()
         self.close()
 
     def stop(self) -> None:
@@ -393,6 +446,26 @@ class PolicyServer:
     def close(self) -> None:
         self.engine.stop()
         self._threads.shutdown(wait=False, cancel_futures=True)
+
+
+_FRAME, _CONTROL, _INVALID, _FAILED = "frame", "control", "invalid", "failed"  # what a reply answered
+
+
+class _TokenBucket:
+    """At most `rate` events per second on average, `burst` at once: a session's `stats` requests."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate, self.burst = rate, burst
+        self.tokens, self.at = float(burst), time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
 
 
 def _hostname(host: str) -> str:

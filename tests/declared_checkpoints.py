@@ -1,5 +1,6 @@
 """Tiny checkpoints of our family for the tests of what a checkpoint declares for its own evaluation (config.json
-`replan_steps`, `noise_scale`): one folder declaring the given fields, one declaring nothing, same weights."""
+`replan_steps`, `noise_scale`, `language_tasks`): one folder declaring the given fields, one declaring nothing, same
+weights."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,8 +15,18 @@ STATS = {  # LIBERO's 8-d state and 7-d action, identity-like quantiles
 }
 
 
-def declared_and_plain(root: Path, **declared) -> tuple[Path, Path]:
-    """(root/declared with `declared` written into its config.json, root/plain without), both returning 10 actions."""
+def identity_stats(state_dim: int, action_dim: int) -> dict[str, NormStats]:
+    """Identity-like quantile statistics for a robot's state and action dims (ALOHA: 14 and 14)."""
+
+    def one(n: int) -> NormStats:
+        return NormStats(mean=np.zeros(n), std=np.ones(n), q01=-np.ones(n), q99=np.ones(n))
+
+    return {"state": one(state_dim), "actions": one(action_dim)}
+
+
+def declared_and_plain(root: Path, stats: dict[str, NormStats] = STATS, **declared) -> tuple[Path, Path]:
+    """(root/declared with `declared` written into its config.json, root/plain without), both returning 10 actions;
+    `stats`: the robot's normalisation statistics (default LIBERO's)."""
     model = build_model("tiny", seed=0)
-    return (save_pretrained(model, root / "declared", STATS, n_action_steps=10, **declared),
-            save_pretrained(model, root / "plain", STATS, n_action_steps=10))
+    return (save_pretrained(model, root / "declared", stats, n_action_steps=10, **declared),
+            save_pretrained(model, root / "plain", stats, n_action_steps=10))

@@ -161,3 +161,86 @@ def test_a_place_height_of_zero_sets_the_bowl_down_and_succeeds_before_any_relea
         opens[height] = int(np.sum((grip[:-1] > 0) & (grip[1:] < 0)))  # close -> open commands
         assert json.loads((out / "dataset.json").read_text())["config"]["place_height_m"] == height
     assert opens[None] >= 1 and opens[0.0] == 0, opens
+
+
+def _official_by_name(env) -> dict[str, np.ndarray]:
+    """Object name -> (50, 3) its positions in the task's official init states."""
+    from oxygen_gym.envs.libero_scenes import object_qpos_slices, official_positions
+
+    sim = env.unwrapped.libero_env.env
+    official = official_positions(sim, env.unwrapped.init_states)
+    return {name: official[:, i] for i, name in enumerate(object_qpos_slices(sim))}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_no_fresh_scene_of_any_libero_spatial_task_is_any_official_init_state():
+    """Fresh scenes 0-2 of each of the 10 libero_spatial tasks, drawn and recorded as the collector does
+    (`_fresh_scene_attrs`), against all 500 official init states (10 tasks x 50: every task has the same five
+    movable objects, compared by name): each scene is farther than SAME_SCENE_M (1 mm, the largest distance of any one
+    object from its counterpart) from every one of them; the recorded distance to its own task's nearest agrees; each
+    object is drawn inside the range its own task's official states span (+1 cm), i.e. from the same placement
+    distribution (a soft reset put objects on fixtures ~25 cm off before `reset_fixture_poses`); and the same key
+    redraws the same scene after another scene was drawn."""
+    pytest.importorskip("libero")
+    from oxygen_gym.envs.libero_scenes import SAME_SCENE_M, object_positions, object_qpos_slices
+    from oxygen_gym.train.collect.collector import _env_for, _fresh_scene_attrs, _rejection
+
+    cfg = CollectConfig(init_states=(), tasks=tuple(range(10)), fresh_scenes=(0, 1, 2), workers=1, camera_size=64)
+    official, drawn = {}, {}
+    for task in cfg.tasks:
+        env = _env_for(cfg, task)
+        env.reset(seed=7, options={"init_state": 0})
+        official[task] = _official_by_name(env)
+        for scene in cfg.fresh_scenes:
+            key = EpisodeKey("libero_spatial", task, None, 0, scene=scene)
+            env.reset(seed=env.unwrapped.protocol.seed, options={"scene_seed": key.scene_seed()})
+            attrs = _fresh_scene_attrs(env.unwrapped, key)
+            assert _rejection(cfg, attrs) is None
+            drawn[task, scene] = dict(zip(attrs["object_names"], np.array(attrs["object_positions"])))
+            own = np.max([np.linalg.norm(official[task][n] - p, axis=-1) for n, p in drawn[task, scene].items()], axis=0)
+            assert own.min() == pytest.approx(attrs["official_distance_m"], abs=1e-5)
+            for name, p in drawn[task, scene].items():
+                lo, hi = official[task][name].min(0) - 0.01, official[task][name].max(0) + 0.01
+                assert np.all((lo[:2] <= p[:2]) & (p[:2] <= hi[:2])), (task, scene, name, p, lo, hi)
+        key = EpisodeKey("libero_spatial", task, None, 0, scene=0)  # scene 0 again, after scene 2
+        env.reset(seed=env.unwrapped.protocol.seed, options={"scene_seed": key.scene_seed()})
+        again = object_positions(env.unwrapped.start_qpos, object_qpos_slices(env.unwrapped.libero_env.env))
+        np.testing.assert_allclose(again, np.array(list(drawn[task, 0].values())), atol=1e-6)
+        env.close()
+    names = sorted(official[0])
+    assert all(sorted(official[t]) == names for t in official), "the tasks' movable objects differ"
+    every = np.stack([np.stack([official[t][n] for n in names], axis=1) for t in sorted(official)])  # (10, 50, n, 3)
+    every = every.reshape(-1, len(names), 3)
+    assert len(every) == 500
+    for (task, scene), positions in drawn.items():
+        p = np.stack([positions[n] for n in names])
+        nearest = np.linalg.norm(every - p[None], axis=-1).max(axis=-1).min()
+        assert nearest > SAME_SCENE_M, (task, scene, nearest)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_soft_reset_draws_the_scene_a_hard_reset_draws_with_objects_on_fixtures():
+    """libero_spatial task 9 starts the bowl on the cabinet and the other on the stove: LIBERO places them relative to
+    those fixtures' region sites, right only while the fixtures sit where the model was built with them. The soft
+    (fast) reset the collector uses, after an official scene and another fresh one, must draw what a freshly built
+    sim (hard reset) draws for the same seed."""
+    pytest.importorskip("libero")
+    import gymnasium as gym
+
+    import oxygen_gym.envs  # noqa: F401
+
+    seeds = [EpisodeKey("libero_spatial", 9, None, 0, scene=s).scene_seed() for s in (0, 1)]
+    draws = {}
+    for fast in (True, False):
+        env = gym.make("oxygen_gym/LIBERO-v0", suite="libero_spatial", task_id=9, camera_size=64, fast_render=True,
+                       fast_reset=fast)
+        try:
+            env.reset(seed=7, options={"init_state": 3})
+            env.reset(seed=7, options={"scene_seed": seeds[0]})
+            env.reset(seed=7, options={"scene_seed": seeds[1]})
+            draws[fast] = env.unwrapped.start_qpos.copy()
+        finally:
+            env.close()
+    np.testing.assert_array_equal(draws[True], draws[False])

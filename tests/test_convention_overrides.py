@@ -68,16 +68,14 @@ def test_the_eval_config_records_the_overrides_under_their_own_names():
     assert set(CONVENTION_FIELDS) <= {f.name for f in dataclasses.fields(EvalConfig)}
     # resumed runs and merges compare these keys of config.json: they must not change; the live-control keys came
     # later, and a folder without them reads as a run without --live (LIVE_DEFAULTS)
-    assert RESULT_FIELDS == ("checkpoint", "robot", "mode", "decode_budget", "target_action_hz", "language_tasks",
-                             "protocol", "max_steps", "fast_render", "dtype", "fast_reset", "norm_stats", "asset_id",
-                             "camera_map", "discrete_state", "action_horizon", "family", "noise_scale",
-                             "replan", "ensemble", "open_confirm", "lift_scale", "live", "execution", "handover", "queue_threshold")
+    assert RESULT_FIELDS == ("env", "checkpoint", "robot", "mode", "decode_budget", "target_action_hz",
+                             "language_tasks", "protocol", "max_steps", "fast_render", "dtype", "fast_reset",
+                             "norm_stats", "asset_id", "camera_map", "discrete_state", "action_horizon", "family",
+                             "noise_scale", "replan", "ensemble", "live", "execution", "handover", "queue_threshold")
     assert set(LIVE_DEFAULTS) == set(RESULT_FIELDS[-4:]) and all(v is None for v in LIVE_DEFAULTS.values())
     # a folder from before --noise-scale sampled at 1, one from before --replan ran the protocol's replan, one from
-    # before --ensemble executed chunks without ensembling, one from before --open-confirm without the latch, one
-    # from before --lift-scale without the slow lift
-    assert ABSENT_DEFAULTS == {**LIVE_DEFAULTS, "noise_scale": 1.0, "replan": None, "ensemble": None,
-                               "open_confirm": None, "lift_scale": None}
+    # before --ensemble executed chunks without ensembling, one from before the sim plug-ins ran LIBERO
+    assert ABSENT_DEFAULTS == {**LIVE_DEFAULTS, "env": "libero", "noise_scale": 1.0, "replan": None, "ensemble": None}
     cfg = EvalConfig(protocol="lerobot", norm_stats="identity", camera_map={"base": "image"})
     assert cfg.overrides() == ConventionOverrides(norm_stats="identity", camera_map={"base": "image"},
                                                   image_resize="torch")
@@ -91,5 +89,5 @@ def test_serve_takes_the_convention_flags():
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    args = parser.parse_args(["--checkpoint", "x", "--norm-stats", "identity", "--asset-id", "droid"])
+    args = parser.parse_args(["--checkpoint", "owner/x", "--norm-stats", "identity", "--asset-id", "droid"])
     assert ConventionOverrides.from_args(args).as_kwargs() == {"norm_stats": "identity", "asset_id": "droid"}

@@ -76,7 +76,10 @@ def test_dagger_beta_must_leave_the_policy_something_to_drive():
 
 
 class _Sim:
-    """The few sim fields StatePickPlaceExpert reads: body positions and velocities by name, the goal check."""
+    """The few sim fields StatePickPlaceExpert reads: body positions and velocities by name, the goal check, and the
+    BDDL initial state (a bowl on the table: inside no fixture region)."""
+
+    parsed_problem = {"initial_state": []}
 
     def __init__(self, bowl, plate) -> None:
         self.obj_body_id = {"akita_black_bowl_1": 0, "plate_1": 1}

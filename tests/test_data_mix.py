@@ -57,6 +57,8 @@ def test_the_trainer_draws_its_batches_by_the_mix(tmp_path, monkeypatch):
     rows = torch.cat(drawn)
     assert len(rows) == 3 * COMMON["batch_size"] and bool((rows >= 12).all())  # scene 0's 12 rows come first
     assert json.loads((out / "model" / "training.json").read_text())["train_config"]["data_mix"] == [0.0, 1.0]
+    placement = json.loads((out / "placement.json").read_text())  # what the run chose (engine/placement.py)
+    assert placement["threads"] == torch.get_num_threads() and placement["processes"] == 1
     with pytest.raises(ValueError, match="data_mix"):
         train(TrainConfig(**{**cfg.__dict__, "data_mix": (1, 1)}), progress=False)
 
@@ -65,6 +67,6 @@ def test_the_cli_parses_the_mix_and_refuses_it_for_an_adapter(tmp_path, capsys):
     from oxygen_gym.cli import main
 
     assert main(["train", "--data", "a,b", "--out", str(tmp_path / "r"), "--data-mix", "1,x"]) == 2
-    assert "--data-mix: expected comma-separated numbers" in capsys.readouterr().out
+    assert "--data-mix: expected comma-separated numbers" in capsys.readouterr().err
     assert main(["train", "--data", "a", "--out", str(tmp_path / "r"), "--adapter", "memory", "--data-mix", "1"]) == 2
-    assert "not to --adapter" in capsys.readouterr().out
+    assert "not to --adapter" in capsys.readouterr().err

@@ -17,7 +17,7 @@ def test_convention_flags_reach_the_eval_config(tmp_path):
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    args = parser.parse_args(["libero", "--checkpoint", "x", "--norm-stats", "identity", "--asset-id", "droid",
+    args = parser.parse_args(["libero", "--checkpoint", str(tmp_path), "--norm-stats", "identity", "--asset-id", "droid",
                               "--camera-map", "base=image,wrist=image2", "--no-discrete-state", "--action-horizon",
                               "16", "--family", "openpi", "--tokenizer", "/t/tokenizer.model"])
     cfg = config_from_args(args)

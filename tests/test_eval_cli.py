@@ -37,7 +37,9 @@ def test_merge_needs_inputs_and_out(capsys, tmp_path):
     assert "--out" in capsys.readouterr().err
     assert main(["eval", "merge", "--out", str(tmp_path / "m")]) == 2
     assert "folders" in capsys.readouterr().err
-    assert main(["eval", "libero", "extra", "--out", str(tmp_path / "m")]) == 2
+    with pytest.raises(SystemExit) as stop:  # `eval libero` takes no folders: argparse refuses, one line
+        main(["eval", "libero", "extra", "--out", str(tmp_path / "m")])
+    assert stop.value.code == 2 and capsys.readouterr().err.count("\n") == 1
 
 
 def test_demo_rejects_bad_ids(capsys, tmp_path):

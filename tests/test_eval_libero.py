@@ -46,10 +46,18 @@ def test_two_episode_tiny_eval_writes_results_and_summary(tmp_path, capsys):
     assert f"| libero_spatial | {100 * successes / 2:.1f}% | 2 | 0 |" in md
     assert "summary.md" in capsys.readouterr().out
 
-    # the same command again finds everything finished and runs nothing
+    # plots beside the summary (eval/eval_plots.py), narration's too: LIBERO labels subtasks
+    for name in ("success.png", "latency.png", "time_split.png", "narration.png"):
+        data = (out / name).read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 1000, name
+        assert f"]({name})" in md
+
+    # the same command again finds everything finished and runs nothing, and says so first
     before = (out / "episodes.jsonl").read_bytes()
+    capsys.readouterr()
     assert main(eval_argv(out, "--task", "narrate", "--video", "1")) == 0
     assert (out / "episodes.jsonl").read_bytes() == before
+    assert capsys.readouterr().err.splitlines()[0] == "resuming: 2 of 2 episodes done (nothing left to run)"
     # a different result-deciding setting may not resume into this folder
     assert main(eval_argv(out, "--mode", "isolated")) == 2
     assert "different evaluation" in capsys.readouterr().err

@@ -217,3 +217,15 @@ def test_a_task_that_did_not_run_has_no_accuracy_rather_than_zero():
     labels = ["reach for the black bowl", "reach for the black bowl"]
     assert narration_accuracy(narration, labels) == {"frames": 2, "correct": 1, "accuracy": 0.5}
     assert narration_accuracy(narration, ["nothing yet"] * 2, task="memory") is None  # no memory task ran
+
+
+@pytest.mark.parametrize("key, flag", [("open_confirm", "--open-confirm"), ("lift_scale", "--lift-scale")])
+def test_a_folder_run_with_a_removed_option_is_not_resumed_or_merged(tmp_path, key, flag):
+    """--open-confirm and --lift-scale left the package (experiments/options/): their folders must not be continued
+    by a run that would silently go without them; folders that recorded them off still resume."""
+    from oxygen_gym.eval.libero.eval_config import refuse_removed_options
+    from oxygen_gym.eval.libero.results import ResultsError
+
+    refuse_removed_options({key: None}, "--out x")  # recorded, but off: fine
+    with pytest.raises(ResultsError, match=f"--out x was run with {flag}"):
+        refuse_removed_options({key: 2}, "--out x")

@@ -237,7 +237,7 @@ def test_an_unexpected_error_is_answered_with_an_id_only(caplog):
     from oxygen_gym import MultiTaskPolicy
     from oxygen_gym.serve import wire
     from oxygen_gym.serve.batch_loop import SessionEngine, session_policy
-    from oxygen_gym.serve.server import PolicyServer, ServeConfig
+    from oxygen_gym.serve.server import PolicyServer, ServeConfig, _TokenBucket
 
     server = PolicyServer(MultiTaskPolicy.from_pretrained("tiny", robot="libero", num_slots=1), ServeConfig(max_robots=1))
     try:
@@ -248,9 +248,9 @@ def test_an_unexpected_error_is_answered_with_an_id_only(caplog):
 
         policy.act = act
         with caplog.at_level("ERROR", logger="oxygen_gym.serve"):
-            reply = asyncio.run(server._reply(0, policy, wire.packb(_obs()), None))
+            reply, kind = asyncio.run(server._reply(0, policy, wire.packb(_obs()), None, _TokenBucket(2, 5)))
     finally:
         server.close()
     m = re.fullmatch(r"oxygen-gym serve: internal error ([0-9a-f]{8}) \(.*\)", reply)
-    assert m and "secret" not in reply, reply
+    assert m and "secret" not in reply and kind == "failed", reply
     assert m.group(1) in caplog.text and "boom in /srv/secret" in caplog.text

@@ -136,3 +136,14 @@ def test_malformed_rtc_fields_are_named_and_the_connection_stays_open(server, fi
             remote._call({**obs, **fields})
         actions, _ = remote.act(obs)  # the same connection still serves
         assert actions.shape == (10, 7)
+
+
+def test_the_remote_policy_connects_and_closes_without_deprecation_warnings(server):
+    """websockets >= 16 warns on a connect() not entered as a context manager (a user's loop saw it on every run)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with RemotePolicy(server.uri) as remote:
+            remote.act(make_obs("libero", np.random.default_rng(2)))
+    assert not [w for w in caught if issubclass(w.category, DeprecationWarning)], [str(w.message) for w in caught]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from oxygen_gym.model.starvla import build_starvla
-from oxygen_gym.model.starvla.flow_sampling import time_bucket
+from oxygen_gym.model.starvla.flow_dit import time_bucket
 from oxygen_gym.model.xr0.xr0_prefix import XR0PrefixInputs
 
 lerobot_groot = pytest.importorskip("lerobot_groot")

@@ -186,3 +186,101 @@ def test_collect_checks_the_lift_speed():
     with pytest.raises(ValueError, match="give --perturb or --dagger"):
         CollectConfig(init_states=(), fresh_scenes=(0,), lift_speed=0.3)
     assert CollectConfig(init_states=(), fresh_scenes=(0,), perturb_rate=0.15, lift_speed=0.3).to_json()["lift_speed"] == 0.3
+
+
+def _eef_axis_angle(finger_yaw: float) -> np.ndarray:
+    """The eef orientation (axis-angle, as in the policy state) of a gripper pointing down with its fingers (the eef
+    frame's y axis) along `finger_yaw` about world z."""
+    from robosuite.utils.transform_utils import mat2quat, quat2axisangle
+
+    y = np.array([np.cos(finger_yaw), np.sin(finger_yaw), 0.0])
+    z = np.array([0.0, 0.0, -1.0])
+    return quat2axisangle(mat2quat(np.stack([np.cross(y, z), y, z], axis=1)))
+
+
+def test_the_finger_turn_is_the_shortest_one_onto_the_grasp_direction():
+    from oxygen_gym.envs.state_expert import finger_yaw_error
+
+    down_y = _eef_axis_angle(-np.pi / 2)  # LIBERO's start: fingers along world y
+    assert abs(finger_yaw_error(down_y, BOWL_RIM)) < 1e-6  # the table grasp needs no turn
+    side = np.array([-0.908, 0.42, 0.0]) * 0.055  # a drawer's width axis (libero_spatial task 4, scene 0)
+    assert finger_yaw_error(down_y, side) == pytest.approx(np.deg2rad(65.2), abs=np.deg2rad(0.5))
+    assert finger_yaw_error(down_y, -side) == pytest.approx(finger_yaw_error(down_y, side))  # either finger leads
+    assert finger_yaw_error(_eef_axis_angle(0.3), np.array([np.cos(0.1), np.sin(0.1), 0.0])) == pytest.approx(-0.2)
+
+
+def test_a_drawer_grasp_turns_the_fingers_before_descending_and_lifts_clear_of_the_drawer():
+    """Task 4's bowl rests in the drawer (rim at z 1.09-1.10, walls to ~1.12): grasped on a side wall, descended onto only
+    once the fingers are turned, lifted to LIFT_CLEARANCE over its resting grasp point (the table rule's
+    LIFT_HEIGHT - 5 cm is below the rim, so it used to skip the lift and drag the bowl through the drawer's wall),
+    and carried at that height until over the plate."""
+    from oxygen_gym.envs.experts import LIFT_CLEARANCE, lift_height
+
+    rim = np.array([-0.908, 0.42, 0.0]) * 0.055 + [0.0, 0.0, 0.03]
+    bowl = np.array([0.077, -0.153, 1.075])  # its rim at 1.105, as on the scene the table expert failed first
+    grasp = bowl + rim
+    lift_z = lift_height(bowl[2], rim)
+    assert lift_z == pytest.approx(bowl[2] + 0.03 + LIFT_CLEARANCE) and lift_height(OBJ[2], BOWL_RIM) == LIFT_HEIGHT
+    above = grasp + [0.005, 0.0, 0.1]
+    assert state_phase(above, OPEN, bowl, TARGET, rest_z=bowl[2], rim=rim, lift_z=lift_z, aligned=False) == "above"
+    assert state_phase(above, OPEN, bowl, TARGET, rest_z=bowl[2], rim=rim, lift_z=lift_z, aligned=True) == "down"
+    held = dict(rest_z=bowl[2], closing_steps=SETTLE_STEPS, rim=rim)
+    assert state_phase(grasp, SHUT, bowl, TARGET, **held, lift_z=lift_z) == "lift"
+    assert state_phase(grasp, SHUT, bowl, TARGET, **held) == "over"  # the table rule: no lift out of the drawer
+    carried = grasp + [0.0, 0.0, 0.1]
+    over = phase_action("over", carried, bowl + [0.0, 0.0, 0.1], TARGET, rim=rim, lift_z=lift_z)
+    assert over[2] >= 0.0 and over[1] > 0  # toward the plate, not down through the drawer's front
+    assert phase_action("over", carried, bowl + [0.0, 0.0, 0.1], TARGET, rim=rim)[2] < 0  # the table rule descends
+    turn = phase_action("above", above, bowl, TARGET, rim=rim, yaw_error=0.2)
+    assert turn[5] == pytest.approx(0.4) and np.allclose(turn[3:5], 0)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("task", [*range(6), pytest.param(6, marks=pytest.mark.xfail(
+    strict=True, reason="task 6 scene 0: released, grasped again, 13 opens, not solved (docs/libero-suite.md)")),
+    *range(7, 10)])
+def test_the_state_expert_solves_a_fresh_scene_of_every_libero_spatial_task(task):
+    """Fresh scene 0 of each libero_spatial task (docs/libero-suite.md has the per-task rates): the clean state
+    expert (2.5 cm release tolerance: at the default 1.5 cm it hovers over the plate to the step limit on tasks 2, 6
+    and 8) succeeds; and the subtask labels of its episode (the narration target) start on reach, end on release, and
+    first reach each of the five sentences in order (a re-grasp may go back)."""
+    pytest.importorskip("libero")
+    import gymnasium as gym
+
+    import oxygen_gym.envs  # noqa: F401
+    from oxygen_gym.envs.experts import SubtaskLabeller
+    from oxygen_gym.envs.state_expert import StatePickPlaceExpert
+    from oxygen_gym.train.collect import EpisodeKey
+
+    env = gym.make("oxygen_gym/LIBERO-v0", suite="libero_spatial", task_id=task, camera_size=64, fast_render=True,
+                   fast_reset=True)
+    try:
+        seed = EpisodeKey("libero_spatial", task, None, 0, scene=0).scene_seed()
+        obs, _ = env.reset(seed=env.unwrapped.protocol.seed, options={"scene_seed": seed})
+        sim = env.unwrapped.libero_env.env
+        expert, labeller = StatePickPlaceExpert(sim, release_xy=0.025, lift_speed=0.5), SubtaskLabeller(sim)
+        labels, done = [], False
+        while not done:
+            labels.append(labeller(obs["state"][:3], obs["state"][6:8]))
+            obs, _, terminated, truncated, info = env.step(expert(obs["state"]))
+            done = terminated or truncated
+        labels.append(labeller(obs["state"][:3], obs["state"][6:8]))
+    finally:
+        env.close()
+    assert info["is_success"], f"task {task}: not solved in {info['step']} steps"
+    runs = [s for i, s in enumerate(labels) if i == 0 or s != labels[i - 1]]
+    order = labeller.subtasks.all()
+    assert runs[0] == order[0] and runs[-1] == order[-1], runs
+    assert sorted(set(runs), key=runs.index) == list(order), runs
+
+
+def test_a_bowl_from_the_drawer_let_go_over_the_plate_is_released_not_grasped_again():
+    """Its resting height was the drawer's (~1.06), far above the plate: over the plate it rests on the plate, so a
+    bowl opened on 6 cm up is high (released), not low in a half-open gripper (which read as closing on it again)."""
+    rim = np.array([-0.908, 0.42, 0.0]) * 0.055 + [0.0, 0.0, 0.03]
+    bowl = TARGET + [0.0, 0.0, 0.06]
+    opening = dict(rest_z=1.063, closing_steps=0, rim=rim, lift_z=1.193)
+    assert state_phase(bowl + rim, 0.05, bowl, TARGET, **opening) == "release"
+    landed = TARGET + [0.0, 0.0, 0.01]
+    assert state_phase(landed + rim + [0.0, 0.0, 0.05], OPEN, landed, TARGET, **opening) == "retreat"

@@ -1,5 +1,5 @@
-"""Training (`oxygen-gym train`): pi0.5's objective (oxygen_gym.model.pi05.training) on LIBERO HDF5 demonstrations,
-resumable; `collect/` records the scripted demonstrations it trains on (`oxygen-gym collect`).
+"""Training (`oxygen-gym train`): pi0.5's objective (oxygen_gym.model.pi05.training) on LIBERO HDF5 demonstrations or
+a LeRobotDataset (lerobot_format.py), resumable; `collect/` records the scripted demonstrations it trains on (`oxygen-gym collect`).
 
 The names below load on first use, so `oxygen-gym collect` (and its spawned workers) never import the trainer."""
 from __future__ import annotations

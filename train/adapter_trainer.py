@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -17,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from oxygen_gym.engine.placement import place, record_placement
 from oxygen_gym.model.layers import rope_cos_sin
 from oxygen_gym.model.lora_bank import LANGUAGE_PROJECTIONS, LoraBank, LoraWeights, language_modules
 from oxygen_gym.model.peft_adapter import write_peft
@@ -146,7 +146,7 @@ def train_adapter(cfg: AdapterTrainConfig, progress: bool = True) -> Path:
         raise ValueError("--rank, --steps and --batch-size must be >= 1 and --lr > 0")
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
+    record_placement(place(threads=cfg.threads), out)  # threads sized to the cores this run owns (engine/placement.py)
     state_path = out / STATE_FILE
     saved = torch.load(state_path, weights_only=False) if state_path.is_file() else None
     if saved is not None and saved["resume_key"] != cfg.resume_key():
@@ -154,7 +154,7 @@ def train_adapter(cfg: AdapterTrainConfig, progress: bool = True) -> Path:
     root = base_folder(cfg.init)
     model = load_pretrained(root, device=cfg.device, dtype=torch.float32)
     tokenizer = tokenizer_for(model.config.vocab_size, str(root))
-    dataset = DemoDataset(load_demos(cfg.data), model.config, tokenizer, cfg.prompt, _dataset_stats(model), progress=progress,
+    dataset = DemoDataset(load_demos(cfg.data, need=(cfg.label,)), model.config, tokenizer, cfg.prompt, _dataset_stats(model), progress=progress,
                           label=cfg.label)
     bank = LoraBank(model, slots=1, max_rank=cfg.rank)
     model.lora = bank

@@ -6,8 +6,8 @@ demonstration leaves it: the policy (or a perturbation) opens the gripper while 
 labels that follow are the expert's reaction ("open, reach again"). Kept as targets of the rows before the event,
 they are a second mode of the chunk ("open a few steps from now") that a generative policy samples at the rate the
 data dropped the bowl. Measured: cutting them lowered a DAgger-trained policy's false opens on validation frames, but
-its closed-loop drops have another main cause (docs/libero-spatial.md, "Chunk labels past a dropped bowl"). So a
-chunk is cut:
+its closed-loop drops have another main cause (experiments/libero-spatial-log.md, "Chunk labels past a dropped
+bowl"). So a chunk is cut:
 
 - after the first step whose executed gripper command disagrees in sign with the expert's label (that step's label
   is still the expert's, at a state the row's frame predicts; the ones after react to the disagreement);

@@ -1,7 +1,7 @@
 """Which training rows a batch draws: uniformly over every row, or with `--data-mix` a set share of each batch from
 each collection of `--data`. DAgger rounds add rollouts of states off the expert's path; drawn uniformly, the
 expert's own demonstrations shrink to a minority with each round and the grasp they teach is lost (issue 22's
-rounds 3 and 4, docs/libero-spatial.md). A mix keeps their share fixed however much is aggregated."""
+rounds 3 and 4, experiments/libero-spatial-log.md). A mix keeps their share fixed however much is aggregated."""
 from __future__ import annotations
 
 from collections.abc import Sequence

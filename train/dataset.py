@@ -29,22 +29,32 @@ def data_paths(data: str | Path) -> list[Path]:
     rollouts, say)."""
     parts = [p.strip() for p in str(data).split(",") if p.strip()]
     if not parts:
-        raise ValueError(f"--data must name a collection folder or a LIBERO HDF5 file, got {data!r}")
+        raise ValueError(f"--data must name a collection folder, a LIBERO HDF5 file or a LeRobotDataset folder, "
+                         f"got {data!r}")
     return [Path(p) for p in parts]
 
 
-def load_demos(data: str | Path) -> list[Demo]:
-    """Every complete demo of every `*_demo.hdf5` file in each folder of `data` (see data_paths), or of one file."""
-    return [d for collection in load_collections(data) for d in collection]
+def load_demos(data: str | Path, need: tuple[str, ...] = ()) -> list[Demo]:
+    """Every complete demo of every `*_demo.hdf5` file in each folder of `data` (see data_paths), or of one file,
+    or of a LeRobotDataset folder (one with meta/info.json)."""
+    return [d for collection in load_collections(data, need) for d in collection]
 
 
-def load_collections(data: str | Path) -> list[list[Demo]]:
-    """load_demos, kept apart per collection of `data` (for --data-mix)."""
+def load_collections(data: str | Path, need: tuple[str, ...] = ()) -> list[list[Demo]]:
+    """load_demos, kept apart per collection of `data` (for --data-mix). `need`: the per-step labels (LABELS) the
+    caller trains on, which a LeRobotDataset must then have as features (LIBERO HDF5 files keep their old rule:
+    missing subtask labels read as empty)."""
+    from .lerobot_format import is_lerobot_dataset, read_lerobot
+
     collections: list[list[Demo]] = []
     for path in data_paths(data):
+        if is_lerobot_dataset(path):
+            collections.append(read_lerobot(path, need))
+            continue
         files = sorted(path.glob("*_demo.hdf5")) if path.is_dir() else [path]
         if not files or not all(f.is_file() for f in files):
-            raise ValueError(f"--data {path}: no *_demo.hdf5 files (run `oxygen-gym collect libero --out {path}` first)")
+            raise ValueError(f"--data {path}: no *_demo.hdf5 files nor a LeRobotDataset (meta/info.json) (run "
+                             f"`oxygen-gym collect libero --out {path}` first)")
         found = [d for f in files for d in read_demos(f, demo_names(f))]
         if not found:
             raise ValueError(f"--data {path}: the files hold no complete demos")

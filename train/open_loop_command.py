@@ -3,16 +3,16 @@ collection's frames (open_loop.py): is a failing policy underfit, or does its cl
 from __future__ import annotations
 
 import argparse
+import sys
 import json
 from pathlib import Path
 
-import torch
-
 from oxygen_gym.policies.action_noise import noise_scale_arg
+from oxygen_gym.policies.checkpoints.names import checkpoint_arg
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, help="a trained model folder, or a shipped name (libero-spatial)")
+    parser.add_argument("--checkpoint", required=True, type=checkpoint_arg, help="a trained model folder, or a shipped name (libero-spatial)")
     parser.add_argument("--data", required=True, help="a collection folder (oxygen-gym collect) or one LIBERO HDF5 file")
     parser.add_argument("--scenes", default=None, metavar="RANGE",
                         help="only the demos of these scenes / init states (e.g. 60-69; default all)")
@@ -28,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     from oxygen_gym.model.norm_stats import load_norm_stats
     from oxygen_gym.model.pi05.loading import load_pretrained
     from oxygen_gym.model.tokenizer import tokenizer_for
@@ -59,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         result = open_loop_metrics(model, dataset, fixed_rows(len(dataset), args.rows), execute=args.execute,
                                    seed=args.seed, noise_scale=noise_scale)
     except ValueError as e:
-        print(f"oxygen-gym train open-loop: {e}")
+        print(f"oxygen-gym train open-loop: {e}", file=sys.stderr)
         return 2
     result = {"checkpoint": str(args.checkpoint), "data": str(args.data), "scenes": args.scenes, "demos": len(demos),
               "execute": args.execute,

@@ -2,29 +2,28 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import fields
 
 from oxygen_gym.policies.action_noise import noise_scale_arg
 
-from .data_mix import parse_mix
-from .trainer import TrainConfig, train
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", required=True,
                         help="a collection folder (oxygen-gym collect) or one LIBERO HDF5 file; several joined by commas")
     parser.add_argument("--out", required=True, help="run folder: train_state.pt, log.jsonl, loss.png, model/")
-    defaults = {f.name: f.default for f in fields(TrainConfig) if f.name not in ("data", "out", "device")}
-    parser.add_argument("--config", default=defaults["config"], help="PI05Config name to train from scratch")
+    # unset numbers stay None and take TrainConfig's defaults in run (train/trainer.py imports torch: not at --help)
+    parser.add_argument("--config", default=None, help="PI05Config name to train from scratch (default compact)")
     parser.add_argument("--init", default=None,
                         help="checkpoint folder to fine-tune instead (its normalisation statistics are kept)")
     for name in ("steps", "batch_size", "warmup", "seed", "checkpoint_every", "shift", "threads", "monitor_rows"):
-        parser.add_argument("--" + name.replace("_", "-"), type=int, default=defaults[name])
+        parser.add_argument("--" + name.replace("_", "-"), type=int, default=None)
     parser.add_argument("--rtc-max-delay", type=int, default=0,
                         help="training-time real-time chunking: each row's first d <= this many actions are given "
                              "clean at flow time 0 and left out of the loss (serve with RTCConfig(method='trained'))")
     for name in ("lr", "weight_decay", "language_weight", "min_lr_ratio", "grad_clip"):
-        parser.add_argument("--" + name.replace("_", "-"), type=float, default=defaults[name])
+        parser.add_argument("--" + name.replace("_", "-"), type=float, default=None)
     parser.add_argument("--ema-decay", type=float, default=0.0,
                         help="export an exponential moving average of the weights with this decay (e.g. 0.999; 0 = off)")
     parser.add_argument("--color-jitter", type=float, default=0.0,
@@ -65,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .data_mix import parse_mix
+    from .trainer import TrainConfig, train
+
     if args.adapter:
         return _run_adapter(args)
     kw = {k: v for k, v in vars(args).items() if k in {f.name for f in fields(TrainConfig)} and v is not None}
@@ -82,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--rtc-max-delay must be >= 0, got {cfg.rtc_max_delay}")
         folder = train(cfg)
     except ValueError as e:
-        print(f"oxygen-gym train: {e}")
+        print(f"oxygen-gym train: {e}", file=sys.stderr)
         return 2
     print(f"model written to {folder}")
     return 0
@@ -90,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_adapter(args: argparse.Namespace) -> int:
     from .adapter_trainer import AdapterTrainConfig, train_adapter
+
+    from .trainer import TrainConfig
 
     given = {"data": args.data, "out": args.out, "adapter": args.adapter, "rank": args.rank, "alpha": args.alpha,
              "init": args.init, "prompt": args.prompt, "label": args.label,
@@ -99,15 +103,17 @@ def _run_adapter(args: argparse.Namespace) -> int:
         if getattr(args, name) != defaults[name]:
             given[name] = getattr(args, name)
     if args.replan_steps is not None or args.noise_scale is not None:
-        print("oxygen-gym train: --replan-steps and --noise-scale declare how the action model runs, not an --adapter")
+        print("oxygen-gym train: --replan-steps and --noise-scale declare how the action model runs, not an --adapter",
+              file=sys.stderr)
         return 2
     if args.data_mix:
-        print("oxygen-gym train: --data-mix applies to the action model's training, not to --adapter")
+        print("oxygen-gym train: --data-mix applies to the action model's training, not to --adapter",
+              file=sys.stderr)
         return 2
     try:
         folder = train_adapter(AdapterTrainConfig(**{k: v for k, v in given.items() if v is not None}))
     except ValueError as e:
-        print(f"oxygen-gym train: {e}")
+        print(f"oxygen-gym train: {e}", file=sys.stderr)
         return 2
     print(f"adapter written to {folder}")
     return 0

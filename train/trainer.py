@@ -14,6 +14,7 @@ import torch
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from tqdm import tqdm
 
+from oxygen_gym.engine.placement import place, record_placement
 from oxygen_gym.model.pi05.config import PI05Config
 from oxygen_gym.model.pi05.init import build_model
 from oxygen_gym.model.pi05.loading import check_replan_steps, load_pretrained, save_pretrained
@@ -25,6 +26,7 @@ from .data_mix import RowSampler, check_mix
 from .dataset import DemoDataset, compute_norm_stats, data_paths, load_collections
 from .checkpoint_monitor import CheckpointMonitor
 from .loss_plot import plot_losses
+from .tensorboard_log import TensorBoardLog
 from .validation_split import split_by_scene
 
 # The narration task the shipped model is trained for (and the demo runs): its prompt continues the shared prefix.
@@ -143,14 +145,16 @@ def export(model, out: Path, stats, cfg: TrainConfig, step: int, dataset_info: d
            extra: dict | None = None) -> Path:
     """The trained model as a checkpoint folder of our own family, plus training.json (recipe, data, language task;
     paths relative to the run folder)."""
+    # the language task it was trained to answer, declared in config.json (policies/checkpoints/language_tasks.py)
+    tasks = [{"name": "narrate", "prompt": cfg.narrate_prompt, "max_new_tokens": cfg.narrate_max_new_tokens}]
     folder = save_pretrained(model, out / MODEL_DIR, stats, n_action_steps=model.config.action_horizon,
-                             replan_steps=cfg.replan_steps, noise_scale=cfg.noise_scale)
+                             replan_steps=cfg.replan_steps, noise_scale=cfg.noise_scale, language_tasks=tasks)
     recipe = {**asdict(cfg), "data": data_relative_to_run(cfg.data, out), "out": ".",
               "init": relative_to_run(cfg.init, out)}
     data = {**dataset_info, "path": data_relative_to_run(dataset_info.get("path"), out)}
     info = {
         "step": step, "train_seconds": round(seconds, 1), "train_config": recipe, "data": data, **(extra or {}),
-        "language_tasks": [{"name": "narrate", "prompt": cfg.narrate_prompt, "max_new_tokens": cfg.narrate_max_new_tokens}],
+        "language_tasks": tasks,
     }
     (folder / TRAINING_JSON).write_text(json.dumps(info, indent=1))
     return folder
@@ -192,14 +196,15 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     """Train (or resume) and return the exported model folder."""
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
+    record_placement(place(threads=cfg.threads), out)  # threads sized to the cores this run owns (engine/placement.py)
     state_path = out / STATE_FILE
     saved = torch.load(state_path, weights_only=False) if state_path.is_file() else None
     if saved is not None and saved["resume_key"] != cfg.resume_key():
         diff = {k: (saved["resume_key"].get(k), v) for k, v in cfg.resume_key().items() if saved["resume_key"].get(k) != v}
         raise ValueError(f"--out {out} holds a run with other settings {diff}; use another --out or the same flags")
 
-    collections = load_collections(cfg.data)
+    # a LeRobotDataset must hold the subtask labels the language loss trains on (lerobot_format.py)
+    collections = load_collections(cfg.data, need=("subtask",) if cfg.language_weight > 0 else ())
     source = {id(d): i for i, demos in enumerate(collections) for d in demos}
     demos, val_demos = split_by_scene([d for demos in collections for d in demos], cfg.val_scenes)
     collection_rows = [sum(len(d) for d in demos if source[id(d)] == i) for i in range(len(collections))]
@@ -243,10 +248,13 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         weights = model if ema is None else ema.module  # what ships: the averaged weights when EMA is on
         weights.clear_caches()
         folder = export(weights, out, stats, cfg, step, info, seconds, extra)
-        monitor.record(weights, step, folder)
+        scores = monitor.record(weights, step, folder)
+        if scores:
+            board.scalars(step, {k: v for k, v in scores.items() if k != "step"}, "open_loop/")
         plot_losses(out / LOG_FILE, out / "loss.png")
 
     dim_weights = gripper_weights(model.config.action_dim, cfg.gripper_weight)
+    board = TensorBoardLog(out, step)
     bar = tqdm(total=cfg.steps, initial=step, desc="train", unit="step", disable=not progress, dynamic_ncols=True)
     with open(out / LOG_FILE, "a") as log:
         while step < cfg.steps:
@@ -273,9 +281,11 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
                        "seconds": round(seconds, 1)}
                 log.write(json.dumps(rec) + "\n")
                 log.flush()
+                board.scalars(step, {k: rec[k] for k in ("loss", "action", "language", "lr", "step_s")}, "train/")
             if step % cfg.checkpoint_every == 0 or step == cfg.steps:
                 checkpoint()
     bar.close()
     if saved and saved["step"] >= cfg.steps:
         checkpoint()  # a finished run asked again: make sure the export exists
+    board.close()
     return out / MODEL_DIR

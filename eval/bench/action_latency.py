@@ -20,14 +20,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
-
-from oxygen_gym.engine.scheduler import FrameScheduler
-from oxygen_gym.engine.slots import SlotPool
-
-from .point_runner import pool_args
-from .sweep import build_builtin_model
-from .workloads import Arrivals, make_observations, peak_in_flight
 
 MODES = ("isolated", "oxygen")
 # OxyGen paper Sec. 4.7 (Jetson AGX Thor, 3 views at 224, H=10, S=10, N=30, k=5): frame = action path + language
@@ -46,6 +38,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch  # here, not at import: `oxygen-gym bench action-latency --help` stays fast (oxygen_gym/cli.py)
+
+    from oxygen_gym.engine.scheduler import FrameScheduler
+    from oxygen_gym.engine.slots import SlotPool
+
+    from .point_runner import pool_args
+    from .sweep import build_builtin_model
+    from .workloads import Arrivals, make_observations, peak_in_flight
+
     if min(args.N, args.k, args.frames) < 1:
         print("oxygen-gym bench action-latency: --N, --k and --frames must be >= 1", file=sys.stderr)
         return 2

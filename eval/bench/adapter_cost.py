@@ -24,10 +24,14 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
+from typing import TYPE_CHECKING
 
-from oxygen_gym.model.lora_bank import LANGUAGE_PROJECTIONS, LoraWeights, bank_of, language_modules, merged_copy
+import numpy as np
+
+if TYPE_CHECKING:  # torch and the model load in the functions: `oxygen-gym bench adapters --help` stays fast
+    import torch
+
+    from oxygen_gym.model.lora_bank import LoraWeights
 
 
 def _counts(text: str) -> tuple[int, ...]:
@@ -53,6 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def random_adapter(model, rank: int, seed: int) -> LoraWeights:
     """An adapter over every language projection (random A and B: the cost does not depend on the values)."""
+    import torch
+
+    from oxygen_gym.model.lora_bank import LoraWeights, language_modules
+
     gen = torch.Generator().manual_seed(seed)
     modules = {n: (torch.randn(rank, m.in_features, generator=gen) * 0.02, torch.randn(m.out_features, rank, generator=gen) * 0.02)
                for n, m in language_modules(model).items()}
@@ -63,6 +71,8 @@ class DecodeSetup:
     """`rows` prefilled frames in one cache, each row one token into its continuation, rows grouped by slot."""
 
     def __init__(self, policy, rows: int) -> None:
+        import torch
+
         self.policy, self.model = policy, policy.model
         rng = np.random.default_rng(0)
         inputs = []
@@ -78,12 +88,14 @@ class DecodeSetup:
         self.positions = state.next_positions.clone()
         self.tokens = torch.full((rows,), 2, dtype=torch.long, device=self.model.device)
 
-    @torch.inference_mode()
     def step(self, model, start: int, stop: int, adapters: torch.Tensor | None) -> torch.Tensor:
         """Next-token logits of rows [start, stop) (the step writes the same cache entries every time)."""
+        import torch
+
         rows = slice(start, stop)
-        return model.decode_step(self.cache.rows(start, stop), self.tokens[rows], self.positions[rows],
-                                 self.index[rows], adapters=adapters)
+        with torch.inference_mode():
+            return model.decode_step(self.cache.rows(start, stop), self.tokens[rows], self.positions[rows],
+                                     self.index[rows], adapters=adapters)
 
 
 def groups_of(rows: int, n: int) -> list[tuple[int, int, int]]:
@@ -99,6 +111,10 @@ def groups_of(rows: int, n: int) -> list[tuple[int, int, int]]:
 
 def measure(setup: DecodeSetup, n: int, rank: int, repeats: int) -> dict:
     """One adapter count: base, mixed and per-adapter step times, interleaved round by round."""
+    import torch
+
+    from oxygen_gym.model.lora_bank import bank_of, merged_copy
+
     model = setup.model
     rows = setup.cache.num_rows
     bank = bank_of(model)
@@ -159,6 +175,9 @@ def run(args: argparse.Namespace) -> int:
     if args.rows < 1 or args.rank < 1 or args.repeats < 1:
         print("oxygen-gym bench adapters: --rows, --rank and --repeats must be >= 1", file=sys.stderr)
         return 2
+    import torch
+
+    from oxygen_gym.model.lora_bank import LANGUAGE_PROJECTIONS
     if args.threads:
         torch.set_num_threads(args.threads)
     from oxygen_gym import MultiTaskPolicy

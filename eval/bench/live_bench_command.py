@@ -3,7 +3,7 @@
 Each (strategy, latency) point is one `oxygen-gym eval libero --live ...` run in `OUT/points/<strategy>@<latency>`,
 so a killed bench resumes where it stopped (episodes are written as they finish) and a point's folder is a normal
 eval folder. Defaults: the shipped `libero-spatial` model on its held-out init states 30-49 of task 0
-(docs/libero-spatial.md). The table, JSON and plot (live_report.py) are rewritten after every point.
+(experiments/libero-spatial-log.md). The table, JSON and plot (live_report.py) are rewritten after every point.
 
   oxygen-gym bench live --out bench/live                                      # the full grid, 20 episodes a point
   oxygen-gym bench live --init-states 30 --max-steps 20 --out /tmp/live-smoke # one short episode per point
@@ -16,6 +16,7 @@ from pathlib import Path
 
 from oxygen_gym.eval.libero.eval_config import EvalConfig
 from oxygen_gym.eval.libero.episode_set import parse_init_states, parse_seeds, parse_tasks
+from oxygen_gym.policies.checkpoints.names import checkpoint_arg
 
 from .live_report import write_live_report
 
@@ -53,7 +54,9 @@ def parse_strategies(text: str) -> list[str]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = __doc__.split("\n", 2)[2]
-    parser.add_argument("--checkpoint", default="libero-spatial")
+    parser.add_argument("--checkpoint", default="libero-spatial", type=checkpoint_arg,
+                        help="the shipped trained model (default libero-spatial), a built-in model or a checkpoint "
+                             "folder / hub id")
     parser.add_argument("--suite", default="libero_spatial")
     parser.add_argument("--tasks", default="0")
     parser.add_argument("--init-states", default="30-49", help="held-out init states of libero-spatial by default")

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
 METHODS = ("plain", "cheap", "guided")
 
@@ -90,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     if args.repeats < 1 or args.delay < 0:
         print("oxygen-gym bench rtc: --repeats must be >= 1 and --delay >= 0", file=sys.stderr)
         return 2
+    import torch  # here, not at import: `oxygen-gym bench rtc --help` stays fast (oxygen_gym/cli.py)
+
     if args.threads:
         torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)

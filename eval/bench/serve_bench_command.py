@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from oxygen_gym.policies.checkpoints.names import checkpoint_arg
+
 MODES = ("on", "off")
 
 
@@ -37,7 +39,8 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=Path, help="folder for results.json and results.md")
-    parser.add_argument("--model", default="small", help="built-in model or checkpoint the servers load (default small)")
+    parser.add_argument("--model", default="small", type=checkpoint_arg,
+                        help="built-in model or checkpoint the servers load (default small)")
     parser.add_argument("--robot", default="libero", choices=("libero", "droid", "aloha"))
     parser.add_argument("--robots", type=_ints, default=(1, 2, 4, 8), help="robot counts, comma list (default 1,2,4,8)")
     parser.add_argument("--calls", type=int, default=100, help="measured calls per robot per server and robot count")
@@ -52,10 +55,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--max-seconds", type=float, default=3600.0, help="stop measuring after this long (partial results)")
     parser.add_argument("--call-timeout", type=float, default=300.0, help="seconds one call may take")
+    parser.add_argument("--ray", action="store_true",
+                        help="instead: robots against Ray Serve replicas (serve --ray) and the single-process server in "
+                             "the same run, per --replicas count (serve_fleet_bench.py)")
+    parser.add_argument("--replicas", type=_ints, default=(1, 2), help="with --ray: replica counts (default 1,2)")
     parser.add_argument("--hostile", action="store_true",
                         help="instead: one robot's p50/p99 alone vs while hostile clients attack the same server "
-                             "(oversized prompts, junk, idle connections, connect/reset storms; serve_hostile.py)")
+                             "(oversized prompts, junk, idle connections, connect/reset storms, shape and container bombs, "
+                             "slot squatters, stats spam; serve_hostile.py)")
     parser.add_argument("--hostile-clients", type=int, default=2, help="with --hostile: attackers of each kind (default 2)")
+    parser.add_argument("--attacks", type=_attacks, default="all",
+                        help="with --hostile: attack kinds, comma list or all (default): oversized, junk, idle, storm, "
+                             "shape_bomb, container_bomb, squatter, stats_spam")
+
+
+def _attacks(text: str) -> tuple[str, ...]:
+    from .serve_hostile import parse_attacks
+
+    return parse_attacks(text)
 
 
 def _server_args(args: argparse.Namespace, batching: str) -> list[str]:
@@ -199,6 +216,10 @@ def run(args: argparse.Namespace) -> int:
         from .serve_hostile import run as run_hostile
 
         return run_hostile(args)
+    if args.ray:
+        from .serve_fleet_bench import run as run_fleet
+
+        return run_fleet(args)
 
     if args.calls < 1 or args.rounds < 1 or args.warmup < 0 or args.threads < 1:
         print("oxygen-gym bench serve: --calls, --rounds and --threads must be >= 1, --warmup >= 0", file=sys.stderr)

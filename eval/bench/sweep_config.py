@@ -9,7 +9,6 @@ from oxygen_gym.policies.model_io import builtin_names
 from oxygen_gym.policies.robots import ROBOTS
 
 from .records import ALL_MODES
-from .workloads import Arrivals, WorkloadError
 
 KERNELS = ("auto", "eager", "onednn")
 
@@ -75,6 +74,8 @@ class BenchConfig:
             raise BenchConfigError(f"--kernels must be one of {KERNELS}, got {self.kernels!r}")
         if self.cuda_graphs and not self.device.startswith("cuda"):
             raise BenchConfigError("--cuda-graphs on needs --device cuda")
+        from .workloads import Arrivals, WorkloadError  # torch: here, so `oxygen-gym bench --help` stays fast
+
         for w in self.workloads:
             try:
                 kind = Arrivals.parse(w).kind

@@ -35,7 +35,9 @@ class EpisodeSpec:
 
     @property
     def init_state(self) -> int | None:
-        return self.episode % INIT_STATES_PER_TASK if self.scene is None else None
+        """The start the env resets to: episode i starts from init state i (LIBERO's official ones, 0..49; ALOHA's
+        and DROID's placement i, any i >= 0); None on a fresh scene."""
+        return self.episode if self.scene is None else None
 
     @property
     def scene_seed(self) -> int | None:

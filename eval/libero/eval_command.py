@@ -8,6 +8,8 @@ Examples:
   oxygen-gym eval merge runs/x/shard0 runs/x/shard1 runs/x/shard2 runs/x/shard3 --out runs/x/all
   oxygen-gym eval libero ... --ray                                   # local Ray, one policy per worker
   oxygen-gym eval libero ... --ray auto --gpus-per-worker 1           # an existing Ray cluster
+  oxygen-gym eval aloha --episodes 10 --out runs/aloha                # ALOHA (gym-aloha), see eval aloha --help
+  oxygen-gym eval droid --tasks lift --episodes 10 --out runs/droid   # DROID-style Panda (robosuite)
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import sys
 from pathlib import Path
 
 from oxygen_gym.policies.action_noise import noise_scale_arg
+from oxygen_gym.policies.checkpoints.names import checkpoint_arg
 from oxygen_gym.policies.checkpoints.overrides import ConventionOverrides
 
 from .eval_config import (
@@ -33,15 +36,29 @@ from .eval_config import (
 from .episode_set import (check_episodes, parse_fresh_scenes, parse_init_states, parse_seeds, parse_shard, parse_suites,
                           parse_tasks)
 from .results import ResultsError
-from .summary import SUMMARY_MD
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`libero` and `merge` as the targets of one parser (the command line gives each its own parser instead,
+    oxygen_gym/cli.py NESTED, so `oxygen-gym eval merge --help` lists merge's flags only)."""
+    sub = parser.add_subparsers(dest="target", metavar="TARGET", required=True)
+    add_libero_arguments(sub.add_parser("libero", help="run an evaluation"))
+    add_merge_arguments(sub.add_parser("merge", help="combine the --out folders of shards into --out"))
+
+
+def add_merge_arguments(parser: argparse.ArgumentParser) -> None:
+    """`oxygen-gym eval merge FOLDER... --out DIR`."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = "Example:\n  oxygen-gym eval merge runs/x/shard0 runs/x/shard1 runs/x/shard2 runs/x/shard3 --out runs/x/all\n"
+    parser.add_argument("inputs", nargs="*", metavar="FOLDER",
+                        help="the results folders to combine: shards of one evaluation (of any sim), or runs of it")
+    parser.add_argument("--out", default=None, help="the merged folder, new or empty (required)")
+
+
+def add_libero_arguments(parser: argparse.ArgumentParser) -> None:
+    """`oxygen-gym eval libero`'s flags."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = __doc__.split("\n", 2)[2]
-    parser.add_argument("target", choices=("libero", "merge"),
-                        help="libero: run an evaluation; merge: combine the --out folders of shards into --out")
-    parser.add_argument("inputs", nargs="*", metavar="FOLDER", help="merge only: the results folders to combine")
     g = parser.add_argument_group("what to evaluate")
     g.add_argument("--suite", nargs="+", default=["libero_spatial"],
                    help="libero_spatial, libero_object, libero_goal, libero_10 (or spatial, object, goal, 10), "
@@ -60,54 +77,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--seeds", default=None,
                    help="one or more seeds, e.g. 7,8,9; several give a 95%% Student-t CI over seed-level success "
                         "rates (default: the protocol's seed, 7 for openpi, 1000 for lerobot)")
-    g = parser.add_argument_group("policy")
-    g.add_argument("--checkpoint", default="tiny",
-                   help="built-in model name (tiny, small, pi05: random weights) or a pi0.5 checkpoint folder / hub id "
-                        "in lerobot's layout (default: tiny)")
-    g.add_argument("--mode", choices=MODES, default="oxygen", help="execution mode (default: oxygen)")
-    g.add_argument("--decode-budget", default="5", help="k, language tokens per request per frame, or auto (default 5)")
-    g.add_argument("--target-action-hz", type=float, default=None,
-                   help="with --decode-budget auto: the action rate to hold")
-    g.add_argument("--task", action="append", default=[], metavar="NAME[=PROMPT]", dest="language_task",
-                   help="a language task run alongside the actions; repeatable (named: narrate, plan, memory)")
-    g.add_argument("--max-new-tokens", type=int, default=30, help="token cap per language request (default 30)")
-    g.add_argument("--noise-scale", type=noise_scale_arg, default=None, metavar="S",
-                   help="scale of the action heads' starting noise (1 = the reference sampler, 0 = deterministic; "
-                        "policies/action_noise.py), or one per action dim, comma separated (0,0,0,0,0,0,1: a "
-                        "deterministic arm, a sampled gripper); default: the checkpoint's config.json noise_scale, "
-                        "else 1")
-    g.add_argument("--replan", type=int, default=None, metavar="N",
-                   help="actions of each chunk executed per policy call (openpi's replan_steps; default: the "
-                        "protocol's, 5 for openpi, the whole chunk for lerobot)")
+    g = add_policy_arguments(parser)
     g.add_argument("--ensemble", type=float, default=None, metavar="DECAY",
                    help="execute the temporal ensemble of the overlapping chunks (ACT): each action the weighted mean "
                         "of every prediction made for its step, weights exp(-DECAY * i), i = 0 the oldest (ACT: "
                         "0.01; < 0 favours newer); default off")
-    g.add_argument("--open-confirm", type=int, default=None, metavar="N",
-                   help="execute a gripper open while the gripper is held closed only once N policy calls in a row "
-                        "ask for it (N >= 2; policies/gripper_latch.py); default off")
-    g.add_argument("--lift-scale", type=float, default=None, metavar="FRAC",
-                   help="multiply upward commands by FRAC in (0, 1] wherever the gripper closes "
-                        "(policies/slow_lift.py); default off")
-    g.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
-    g.add_argument("--dtype", default=None, choices=DTYPES,
-                   help="model dtype (default: float32 on CPU, bfloat16 on CUDA)")
     g = parser.add_argument_group("protocol and outputs")
     g.add_argument("--protocol", choices=PROTOCOLS, default="openpi",
                    help="openpi or lerobot presets: replan interval, step limits, render size, seed (default openpi)")
-    g.add_argument("--max-steps", type=int, default=None, help="cap on policy steps per episode (smoke runs)")
     g.add_argument("--fast-reset", action="store_true",
                    help="LIBERO soft reset (~10x faster per episode); the references hard-reset, and soft resets are "
                         "not bit-identical, so results are recorded as fast-reset ones")
-    g.add_argument("--fast-render", action="store_true",
-                   help="render without antialiasing (~2x faster on CPU; images differ slightly from the references)")
     g.add_argument("--render-every-step", action="store_true",
                    help="render the cameras at every control step, not only the steps the policy or the video use "
                         "(the same images, slower; for timing comparisons)")
-    g.add_argument("--video", default="none", help="all, failures, none, or N = first N episodes of each task")
-    g.add_argument("--out", default=None,
-                   help="results folder; rerunning with the same one resumes (default runs/eval)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_output_arguments(g)
     ConventionOverrides.add_arguments(parser, vlm_config=False)
     g = parser.add_argument_group("live control (the world moves while the policy thinks; docs/live-control.md)")
     g.add_argument("--live", default=None, metavar="LATENCY",
@@ -121,6 +105,63 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="with --execution async: switch (default) or blend (0.7 new + 0.3 old over the overlap)")
     g.add_argument("--queue-threshold", type=int, default=None, metavar="N",
                    help="async/rtc: request the next chunk when N actions are left (default: horizon - replan)")
+    add_scale_out_arguments(parser)
+
+
+def add_policy_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """The policy flags every sim's eval takes (`eval libero`, `eval aloha`, `eval droid`); returns the group."""
+    g = parser.add_argument_group("policy")
+    g.add_argument("--checkpoint", default="tiny", type=checkpoint_arg,
+                   help="the shipped trained model (libero-spatial), a built-in model with random weights (tiny, "
+                        "small, pi05, xr0-tiny, ...; `oxygen-gym inspect NAME`), or a checkpoint folder / hub id "
+                        "(pi0.5 in our, lerobot's or openpi's layout, XR0, StarVLA) (default: tiny)")
+    g.add_argument("--mode", choices=MODES, default="oxygen", help="execution mode (default: oxygen)")
+    g.add_argument("--decode-budget", default="5", help="k, language tokens per request per frame, or auto (default 5)")
+    g.add_argument("--target-action-hz", type=float, default=None,
+                   help="with --decode-budget auto: the action rate to hold")
+    g.add_argument("--task", action="append", default=[], metavar="NAME[=PROMPT]", dest="language_task",
+                   help="a language task run alongside the actions; repeatable (named: narrate, plan, memory); "
+                        "default: the tasks the checkpoint declares (config.json language_tasks), narration scored "
+                        "against the sim's subtask labels; none for a built-in model")
+    g.add_argument("--no-language", action="store_true",
+                   help="actions only: not even the checkpoint's declared language tasks")
+    g.add_argument("--threads", type=int, default=None,
+                   help="torch threads per eval process (default: sized to the cores each process owns beside its "
+                        "simulator, engine/placement.py; recorded in every episode record)")
+    g.add_argument("--max-new-tokens", type=int, default=30,
+                   help="token cap per --task request (default 30; a declared task keeps its own)")
+    g.add_argument("--noise-scale", type=noise_scale_arg, default=None, metavar="S",
+                   help="scale of the action heads' starting noise (1 = the reference sampler, 0 = deterministic; "
+                        "policies/action_noise.py), or one per action dim, comma separated (0,0,0,0,0,0,1: a "
+                        "deterministic arm, a sampled gripper); default: the checkpoint's config.json noise_scale, "
+                        "else 1")
+    g.add_argument("--replan", type=int, default=None, metavar="N",
+                   help="actions of each chunk executed per policy call (openpi's replan_steps; default: the "
+                        "checkpoint's declared replan_steps, else the protocol's: 5 for openpi, the whole chunk for "
+                        "lerobot, 10 for aloha, 8 for droid)")
+    g.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
+    g.add_argument("--dtype", default=None, choices=DTYPES,
+                   help="model dtype (default: float32 on CPU, bfloat16 on CUDA)")
+    return g
+
+
+def add_output_arguments(g: argparse._ArgumentGroup) -> None:
+    """Step cap, rendering, videos and the results folder: the same for every sim."""
+    g.add_argument("--max-steps", type=int, default=None, help="cap on policy steps per episode (smoke runs)")
+    g.add_argument("--fast-render", action="store_true",
+                   help="render without antialiasing (~2x faster on CPU; images differ slightly from the references)")
+    g.add_argument("--save-rollouts", default="none", choices=("none", "hdf5", "lerobot"),
+                   help="keep every episode as training data in OUT/rollouts (LIBERO HDF5; lerobot: also a "
+                        "LeRobotDataset in OUT/rollouts/lerobot when the run ends; train/collect/rollouts.py)")
+    g.add_argument("--video", default="none",
+                   help="all, failures, none, or N = first N episodes of each task (default none)")
+    g.add_argument("--out", default=None,
+                   help="results folder (episodes.jsonl, summary.md, plots); rerunning with the same one resumes "
+                        "(default runs/eval)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def add_scale_out_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("scale-out")
     g.add_argument("--shard", default=None, metavar="I/N",
                    help="run only shard I of N of the episode set (deterministic; for SLURM arrays, several machines)")
@@ -146,30 +187,57 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         if given:
             raise ValueError(f"--fresh-scenes with {' and '.join(given)}: run fresh scenes or official init states, "
                              f"not both (drop {' / '.join(given)} or --fresh-scenes)")
+    return EvalConfig(
+        **common_fields(args), protocol=args.protocol, suites=parse_suites(args.suite), tasks=parse_tasks(args.tasks),
+        episodes=episodes, init_states=parse_init_states(args.init_states), fresh_scenes=fresh_scenes, seeds=seeds,
+        render_every_step=args.render_every_step, fast_reset=args.fast_reset, live=args.live,
+        execution=args.execution, handover=args.handover, queue_threshold=args.queue_threshold,
+        ensemble=args.ensemble,
+        save_rollouts=args.save_rollouts,
+    )
+
+
+def language_tasks_from_args(args: argparse.Namespace) -> list[dict]:
+    """`--task` as given; else, unless --no-language, the tasks the checkpoint declares (what
+    `MultiTaskPolicy.declared_tasks` holds), so a trained model's narration is scored without asking."""
+    from .eval_config import declared_language_tasks
     from .narration import trained_language_tasks
 
+    if args.language_task and args.no_language:
+        raise ValueError("--task and --no-language: give one (language tasks, or actions only)")
+    if args.no_language:
+        return []
+    if not args.language_task:
+        return declared_language_tasks(args.checkpoint)
     trained = trained_language_tasks(args.checkpoint)
-    tasks = [parse_language_task(t, args.max_new_tokens, trained=trained) for t in args.language_task]
+    return [parse_language_task(t, args.max_new_tokens, trained=trained) for t in args.language_task]
+
+
+def _threads(threads: int | None) -> int | None:
+    if threads is not None and threads < 1:
+        raise ValueError(f"--threads: {threads}; expected >= 1")
+    return threads
+
+
+def common_fields(args: argparse.Namespace) -> dict:
+    """The EvalConfig fields every sim's eval reads from its flags (policy, outputs, scale-out)."""
     if args.ray is None and (args.workers is not None or args.gpus_per_worker is not None):
         raise ValueError("--workers / --gpus-per-worker need --ray")
     if args.workers is not None and args.workers < 1:
         raise ValueError(f"--workers: {args.workers}; expected >= 1")
-    return EvalConfig(
+    return dict(
         checkpoint=str(args.checkpoint), mode=args.mode, decode_budget=parse_decode_budget(args.decode_budget),
-        target_action_hz=args.target_action_hz, language_tasks=tasks, protocol=args.protocol,
-        max_steps=args.max_steps, fast_render=args.fast_render, dtype=args.dtype, suites=parse_suites(args.suite),
-        tasks=parse_tasks(args.tasks),
-        episodes=episodes, init_states=parse_init_states(args.init_states), fresh_scenes=fresh_scenes, seeds=seeds, shard=parse_shard(args.shard), device=args.device,
-        video=parse_video(args.video), render_every_step=args.render_every_step, out=str(args.out or "runs/eval"),
-        fast_reset=args.fast_reset, live=args.live, execution=args.execution, handover=args.handover,
-        queue_threshold=args.queue_threshold, noise_scale=args.noise_scale, replan=args.replan, ensemble=args.ensemble,
-        open_confirm=args.open_confirm, lift_scale=args.lift_scale,
+        target_action_hz=args.target_action_hz, language_tasks=language_tasks_from_args(args),
+        max_steps=args.max_steps, fast_render=args.fast_render, dtype=args.dtype, shard=parse_shard(args.shard),
+        device=args.device, video=parse_video(args.video), out=str(args.out or "runs/eval"),
+        noise_scale=args.noise_scale, replan=args.replan, threads=_threads(args.threads),
         **ConventionOverrides.from_args(args).as_kwargs(CONVENTION_FIELDS),
     )
 
 
-def _run_merge(args: argparse.Namespace) -> int:
+def _merge(args: argparse.Namespace) -> int:
     from .merge import merge_folders
+    from .summary import SUMMARY_MD
 
     if not args.out:
         raise ValueError("eval merge: --out (the merged folder) is required")
@@ -181,17 +249,42 @@ def _run_merge(args: argparse.Namespace) -> int:
         if ep.get("expected") and ep["expected"] > ep["recorded"] else ""
     print(f"merged {len(args.inputs)} folders: {ep['recorded']} episodes{missing}")
     print((Path(args.out) / SUMMARY_MD).read_text())
-    print(f"results: {Path(args.out).resolve()}")
+    print_files(Path(args.out))
     return 0
 
 
+def print_files(out: Path) -> None:
+    """Where a run's results, summary and plots are."""
+    from ..eval_plots import PLOT_FILES
+    from .summary import SUMMARY_MD
+
+    files = [out / "episodes.jsonl", out / SUMMARY_MD] + [out / p for p in PLOT_FILES if (out / p).exists()]
+    print("results: " + "\n         ".join(str(f.resolve()) for f in files))
+
+
 def run(args: argparse.Namespace) -> int:
+    """`add_arguments`' parser: run its target."""
+    return run_merge(args) if args.target == "merge" else run_libero(args)
+
+
+def run_merge(args: argparse.Namespace) -> int:
     try:
-        if args.target == "merge":
-            return _run_merge(args)
-        if args.inputs:
-            raise ValueError(f"eval libero: unexpected arguments {args.inputs}")
-        config = config_from_args(args)
+        return _merge(args)
+    except (ValueError, ResultsError) as e:  # bad input: one clear line, no traceback
+        print(f"oxygen-gym eval: error: {e}", file=sys.stderr)
+        return 2
+
+
+def run_libero(args: argparse.Namespace) -> int:
+    return execute(lambda: config_from_args(args), args)
+
+
+def execute(make_config, args: argparse.Namespace) -> int:
+    """Build the config (`make_config()`), run or resume it here or on Ray, print the summary and where the files
+    are: the body of every sim's `oxygen-gym eval`. Exit 2 on bad input, 1 when no episode ran ok, 130 on Ctrl-C."""
+    interrupted = False
+    try:
+        config = make_config()
         from .eval_loop import local_executor, run_eval
 
         executor = local_executor
@@ -200,15 +293,25 @@ def run(args: argparse.Namespace) -> int:
 
             executor = ray_executor(address=None if args.ray == "local" else args.ray, workers=args.workers,
                                     gpus_per_worker=args.gpus_per_worker, cpus_per_worker=args.cpus_per_worker)
-        summary = run_eval(config, executor, progress=not args.no_progress)
+        summary = run_eval(config, executor, progress=not args.no_progress,
+                           log=lambda line: print(line, file=sys.stderr, flush=True))
+        from oxygen_gym.train.collect.rollouts import finish_rollouts
+
+        finish_rollouts(config.out, getattr(config, "save_rollouts", "none"))  # --save-rollouts lerobot
     except (ValueError, ResultsError) as e:  # bad input: one clear line, no traceback
         print(f"oxygen-gym eval: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("\ninterrupted; finished episodes are saved, rerun the same command to resume", file=sys.stderr)
+        interrupted = True
+    if interrupted:  # outside the except block, so the interrupted frames are released first
+        from .worker import quiet_interrupt_exit
+
+        quiet_interrupt_exit("\ninterrupted; finished episodes are saved, rerun the same command to resume")
         return 130
+    from .summary import SUMMARY_MD
+
     out = Path(config.out)
     print((out / SUMMARY_MD).read_text())
-    print(f"results: {(out / 'episodes.jsonl').resolve()}\n         {(out / SUMMARY_MD).resolve()}")
+    print_files(out)
     ep = summary["episodes"]
     return 1 if ep["recorded"] and ep["ok"] == 0 else 0

@@ -25,20 +25,33 @@ CONVENTION_FIELDS = tuple(n for n in ConventionOverrides.names()
                           if n not in ("image_resize", "revision", "vlm_config", "heads"))
 
 # The tokenizer is a path on this machine, not result-deciding: the other conventions are.
-RESULT_FIELDS = ("checkpoint", "robot", "mode", "decode_budget", "target_action_hz", "language_tasks", "protocol",
+RESULT_FIELDS = ("env", "checkpoint", "robot", "mode", "decode_budget", "target_action_hz", "language_tasks", "protocol",
                  "max_steps", "fast_render", "dtype", "fast_reset", *(n for n in CONVENTION_FIELDS if n != "tokenizer"),
-                 "noise_scale", "replan", "ensemble", "open_confirm", "lift_scale", "live", "execution", "handover",
-                 "queue_threshold")
+                 "noise_scale", "replan", "ensemble", "live", "execution", "handover", "queue_threshold")
 # A folder written before live control has none of the live fields: they compare equal to a run without --live.
 LIVE_DEFAULTS = {"live": None, "execution": None, "handover": None, "queue_threshold": None}
 # Every result field a folder written before it existed lacks, with the value such a run had.
-ABSENT_DEFAULTS = {**LIVE_DEFAULTS, "noise_scale": 1.0, "replan": None, "ensemble": None,
-                   "open_confirm": None, "lift_scale": None}
+ABSENT_DEFAULTS = {**LIVE_DEFAULTS, "env": "libero", "noise_scale": 1.0, "replan": None, "ensemble": None}
+# Result fields of options measured no better and taken out of the package (experiments/options/): a folder run with
+# one on cannot be resumed or merged by today's code, which would run without it.
+REMOVED_FIELDS = {"open_confirm": "--open-confirm (the gripper open latch)", "lift_scale": "--lift-scale (the slow lift)"}
+
+
+def refuse_removed_options(recorded: dict, where: str) -> None:
+    """A folder's recorded config that turned on a removed option (REMOVED_FIELDS): its episodes are not comparable."""
+    from .results import ResultsError
+
+    used = [flag for key, flag in REMOVED_FIELDS.items() if recorded.get(key) is not None]
+    if used:
+        raise ResultsError(f"{where} was run with {', '.join(used)}, an option taken out of the package (kept in "
+                           "experiments/options/ with its measurements); its episodes cannot be resumed or merged with "
+                           "a run without it; choose a new --out")
 
 
 @dataclass
 class EvalConfig:
     # decide the results
+    env: str = "libero"  # the simulator, a plug-in of eval/sims.py: libero, aloha, droid
     checkpoint: str = "tiny"
     robot: str = "libero"
     mode: str = "oxygen"
@@ -65,11 +78,6 @@ class EvalConfig:
     replan: int | None = None
     # execute the temporal ensemble of overlapping chunks with this decay (policies/temporal_ensemble.py); None: off
     ensemble: float | None = None
-    # execute a gripper open while it is held closed only once this many calls in a row ask for it
-    # (policies/gripper_latch.py); None: off
-    open_confirm: int | None = None
-    # the factor on upward commands while the gripper closes (policies/slow_lift.py); None: off (as is 1)
-    lift_scale: float | None = None
     # live control (None: today's synchronous loop, the sim waits for the policy)
     live: str | None = None  # measured | fixed:MS | model:FILE[@POINT]
     execution: str | None = None  # with live: sync (default), async, rtc
@@ -86,9 +94,13 @@ class EvalConfig:
     shard: tuple[int, int] = (0, 1)
     # how it is executed
     device: str = "cpu"
+    # torch threads per process; None: the placement rule (engine/placement.py) for the processes sharing this machine
+    threads: int | None = None
     video: str = "none"  # all | failures | none | N (first N episodes of each task)
     # render both cameras at every control step, as before render_on_request (same images, slower: for timing)
     render_every_step: bool = False
+    # eval rollouts kept as training data (train/collect/rollouts.py): none | hdf5 | lerobot; not a result field
+    save_rollouts: str = "none"
     out: str = "runs/eval"
 
     def __post_init__(self) -> None:
@@ -96,10 +108,10 @@ class EvalConfig:
 
     def overrides(self) -> ConventionOverrides:
         """from_pretrained's checkpoint-convention overrides for this run, with the protocol's image resize."""
-        from oxygen_gym.envs.protocols import get_libero_protocol
+        from ..sims import get_sim
 
         return ConventionOverrides(**{n: getattr(self, n) for n in CONVENTION_FIELDS},
-                                   image_resize=get_libero_protocol(self.protocol).image_resize)
+                                   image_resize=get_sim(self.env).image_resize(self.protocol))
 
     def result_fields(self) -> dict[str, Any]:
         return {k: _plain(getattr(self, k)) for k in RESULT_FIELDS}
@@ -147,6 +159,17 @@ def with_declared_replan(config: EvalConfig) -> EvalConfig:
     return config if declared is None else replace(config, replan=declared)
 
 
+def declared_language_tasks(checkpoint: str) -> list[dict]:
+    """The language tasks the checkpoint declares (config.json `language_tasks`: what `MultiTaskPolicy.declared_tasks`
+    holds once loaded), as config entries, read before any weight so they are recorded and compared on resume;
+    [] for a checkpoint that declares none (every built-in model)."""
+    from oxygen_gym.policies.checkpoints.language_tasks import declared_language_tasks as declared
+
+    return [{"name": t.name, "prompt": t.prompt, "max_new_tokens": t.max_new_tokens, "every": t.every,
+             **({"temperature": t.temperature} if t.temperature else {}),
+             **({"adapter": t.adapter} if t.adapter else {})} for t in declared(checkpoint)]
+
+
 def with_declared_noise_scale(config: EvalConfig) -> EvalConfig:
     """`config` with the noise scale its policy samples with where no --noise-scale was given: the checkpoint's
     own `noise_scale` (policies/checkpoints/noise_scale.py), else 1, so it is recorded, compared on resume and merge,
@@ -189,8 +212,12 @@ def parse_video(text: str) -> str:
 
 def validate(cfg: EvalConfig) -> None:
     """Clear errors for values no run can use (the CLI parsers catch most earlier, this guards the API)."""
-    if cfg.protocol not in PROTOCOLS:
-        raise ValueError(f"--protocol: {cfg.protocol!r}; expected one of {', '.join(PROTOCOLS)}")
+    from ..sims import get_sim
+
+    sim = get_sim(cfg.env)
+    sim.check_protocol(cfg.protocol)
+    if cfg.robot != sim.robot:
+        raise ValueError(f"robot: {cfg.robot!r} is not the {sim.title} robot; expected {sim.robot!r}")
     if cfg.mode not in MODES:
         raise ValueError(f"--mode: {cfg.mode!r}; expected one of {', '.join(MODES)}")
     parse_decode_budget(cfg.decode_budget)
@@ -226,16 +253,6 @@ def validate(cfg: EvalConfig) -> None:
         cfg.ensemble = check_decay(cfg.ensemble, "--ensemble")
         if cfg.live is not None:
             raise ValueError("--ensemble and --live: live execution merges chunks itself (--handover); give one")
-    if cfg.open_confirm is not None:
-        from oxygen_gym.policies.gripper_latch import check_confirm
-
-        check_confirm(cfg.open_confirm, "--open-confirm")
-        if cfg.live is not None:
-            raise ValueError("--open-confirm and --live: the latch counts calls of a fixed replan interval; give one")
-    if cfg.lift_scale is not None:
-        from oxygen_gym.policies.slow_lift import check_lift_scale
-
-        cfg.lift_scale = check_lift_scale(cfg.lift_scale, "--lift-scale")
     validate_live(cfg)
 
 

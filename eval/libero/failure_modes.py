@@ -26,7 +26,7 @@ def phase(label: str) -> str | None:
 
 def losses_of_hold(phases: list[str | None], held: str) -> list[int]:
     """The indices at which a `held` frame ("carry": in transit, "place": low over the target) is followed by one
-    whose object rests on the table (reach or grasp): where the object was lost. tools/rollout_drops.py uses the
+    whose object rests on the table (reach or grasp): where the object was lost. experiments/tools/rollout_drops.py uses the
     indices on per-step labels to look at the gripper commands before each."""
     return [i for i in range(1, len(phases)) if phases[i - 1] == held and phases[i] in ON_THE_TABLE]
 

@@ -11,8 +11,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from .eval_config import ABSENT_DEFAULTS, RESULT_FIELDS
-from .episode_set import build_episode_set, record_key
+from .eval_config import ABSENT_DEFAULTS, RESULT_FIELDS, refuse_removed_options
+from .episode_set import record_key
 from .results import CONFIG_FILE, EPISODES_FILE, ResultsError, ResultsFolder, read_records
 from .summary import write_summary
 
@@ -25,10 +25,12 @@ def _load_config(folder: Path) -> dict:
 
 
 def expected_episode_count(config: dict) -> int:
-    """Size of the whole (unsharded) episode set a config selects."""
-    return len(build_episode_set(config["suites"], config.get("tasks"), int(config["episodes"]),
-                                 [int(s) for s in config["seeds"]], config.get("init_states"),
-                                 config.get("fresh_scenes")))
+    """Size of the whole (unsharded) episode set a config selects (its sim's plug-in builds it, eval/sims.py)."""
+    from ..sims import get_sim
+
+    return len(get_sim(config.get("env") or "libero").episode_set(
+        config["suites"], config.get("tasks"), int(config["episodes"]), [int(s) for s in config["seeds"]],
+        config.get("init_states"), config.get("fresh_scenes")))
 
 
 def merge_folders(inputs: Sequence[str | Path], out: str | Path) -> dict:
@@ -44,6 +46,8 @@ def merge_folders(inputs: Sequence[str | Path], out: str | Path) -> dict:
 
     configs = [_load_config(f) for f in folders]
     ref = configs[0]
+    for folder, cfg in zip(folders, configs, strict=True):
+        refuse_removed_options(cfg, f"merge: {folder}")
     for folder, cfg in zip(folders[1:], configs[1:], strict=True):
         diffs = [k for k in RESULT_FIELDS if cfg.get(k, ABSENT_DEFAULTS.get(k)) != ref.get(k, ABSENT_DEFAULTS.get(k))]
         if diffs:
@@ -72,8 +76,10 @@ def merge_folders(inputs: Sequence[str | Path], out: str | Path) -> dict:
                              seeds=sorted({s for c in configs for s in c["seeds"]}),
                              init_states=sorted({i for c in configs for i in c.get("init_states") or []}) or None,
                              fresh_scenes=sorted({k for c in configs for k in c.get("fresh_scenes") or []}) or None)
+    from ..eval_plots import write_plots
+
     with ResultsFolder(out) as dest:
         dest.write_config(merged_config)
         dest.extend(sorted(merged, key=record_key))
-        summary = write_summary(out, dest.records, merged_config, expected)
+        summary = write_summary(out, dest.records, merged_config, expected, plots=write_plots(out, dest.records))
     return summary

@@ -18,21 +18,31 @@ def normalise(text: str) -> str:
     return " ".join(str(text).lower().replace(".", " ").split())
 
 
-def narration_accuracy(narration: list[dict], labels: list, task: str = "narrate") -> dict | None:
-    """{"frames", "correct", "accuracy"} over the calls that have a label, or None when nothing is labelled or the
-    task did not run (an eval without a memory task reports no memory accuracy, not 0%)."""
+def frame_correctness(narration: list[dict], labels: list, task: str = "narrate") -> list[bool | None] | None:
+    """Per policy call: whether the `task` request started on that call's observation finished naming its label
+    (None for a call without a label), or None when nothing is labelled or the task did not run. The accuracy and
+    its plot over time (eval/eval_plots.py) both count from this."""
     if not labels or not any(x is not None for x in labels):
         return None
     by_frame = {int(r["frame"]): r for r in narration if r.get("task") == task}
     if not by_frame:
         return None
-    frames = correct = 0
+    out: list[bool | None] = []
     for frame, label in enumerate(labels):
-        if label is None:
-            continue
-        frames += 1
         req = by_frame.get(frame)
-        correct += bool(req and req.get("done") and normalise(req["text"]) == normalise(label))
+        out.append(None if label is None else
+                   bool(req and req.get("done") and normalise(req["text"]) == normalise(label)))
+    return out
+
+
+def narration_accuracy(narration: list[dict], labels: list, task: str = "narrate") -> dict | None:
+    """{"frames", "correct", "accuracy"} over the calls that have a label, or None when nothing is labelled or the
+    task did not run (an eval without a memory task reports no memory accuracy, not 0%)."""
+    per_frame = frame_correctness(narration, labels, task)
+    if per_frame is None:
+        return None
+    scored = [c for c in per_frame if c is not None]
+    frames, correct = len(scored), sum(scored)
     return {"frames": frames, "correct": correct, "accuracy": correct / frames if frames else None}
 
 

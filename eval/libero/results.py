@@ -25,11 +25,16 @@ class ResultsError(ValueError):
     """A results folder that cannot be used as asked (corrupt file, config mismatch, duplicates, busy)."""
 
 
+# Results are shared like the videos beside them: mkstemp makes its file 0600, the final file is world-readable.
+RESULT_MODE = 0o644
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write JSON to a temp file beside `path`, then rename: readers never see half a file."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, RESULT_MODE)
         with os.fdopen(fd, "w") as f:
             json.dump(obj, f, indent=2, sort_keys=False, default=_json_default)
             f.write("\n")
@@ -45,6 +50,7 @@ def write_text_atomic(path: Path, text: str) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, RESULT_MODE)
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
@@ -119,7 +125,7 @@ class ResultsFolder:
 
     def __enter__(self) -> ResultsFolder:
         self.out.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = os.open(self.out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        self._lock_fd = os.open(self.out / LOCK_FILE, os.O_RDWR | os.O_CREAT, RESULT_MODE)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -132,7 +138,7 @@ class ResultsFolder:
         if dups:
             raise ResultsError(f"{self.episodes_path}: episodes recorded more than once: {dups[:5]}")
         self._keys = {record_key(r) for r in self.records}
-        self._fd = os.open(self.episodes_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = os.open(self.episodes_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, RESULT_MODE)
         return self
 
     def __exit__(self, *exc) -> None:

@@ -177,10 +177,19 @@ def _num(stats: dict | None, key: str, fmt: str = "{:.1f}") -> str:
     return "n/a" if not stats else fmt.format(stats[key])
 
 
-def render_markdown(summary: dict) -> str:
+def _title(env: str) -> str:
+    from ..sims import get_sim
+
+    try:
+        return get_sim(env).title
+    except ValueError:  # a folder of a sim this build does not know: still summarised
+        return env
+
+
+def render_markdown(summary: dict, plots: list[str] | None = None) -> str:
     cfg = summary.get("config") or {}
     ep = summary["episodes"]
-    lines = ["# LIBERO evaluation", ""]
+    lines = [f"# {_title(cfg.get('env') or 'libero')} evaluation", ""]
     if cfg:
         lines += [f"checkpoint `{cfg.get('checkpoint')}`, mode `{cfg.get('mode')}`, decode budget "
                   f"`{cfg.get('decode_budget')}`, protocol `{cfg.get('protocol')}`, max steps "
@@ -246,13 +255,16 @@ def render_markdown(summary: dict) -> str:
             lines.append(f"- {e['suite']} task {e['task_id']} seed {e['seed']} {where}: {e['error']}")
         if len(summary["errors"]) > 20:
             lines.append(f"- ... and {len(summary['errors']) - 20} more (see episodes.jsonl)")
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
 
 
 def write_summary(out: str | Path, records: Iterable[dict], config: dict | None = None,
-                  expected: int | None = None) -> dict:
+                  expected: int | None = None, plots: list[str] | None = None) -> dict:
+    """summary.json and summary.md; `plots`: the figures beside them (eval/eval_plots.py), linked from summary.md."""
     out = Path(out)
     summary = summarize(records, config, expected)
     write_json_atomic(out / SUMMARY_JSON, summary)
-    write_text_atomic(out / SUMMARY_MD, render_markdown(summary))
+    write_text_atomic(out / SUMMARY_MD, render_markdown(summary, plots))
     return summary

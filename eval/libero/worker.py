@@ -1,6 +1,6 @@
 """One evaluation episode: `(EpisodeSpec, EvalConfig) -> record dict`, the same code in the local loop, in Ray
-workers and in the demo. A process keeps one policy across episodes and the current task's env across that task's
-episodes (building a LIBERO sim takes ~10 s). Anything an episode raises becomes an `error` record with its
+workers and in the demo, for every sim (the env comes from the config's plug-in, eval/sims.py). A process keeps one
+policy across episodes and the current task's env across that task's episodes (building a LIBERO sim takes ~10 s). Anything an episode raises becomes an `error` record with its
 traceback, and the next episode starts from a fresh env.
 """
 from __future__ import annotations
@@ -54,17 +54,23 @@ class EpisodeWorker:
     def __init__(self, config: EvalConfig):
         self.config = config
         self.policy = None
+        self.placement = None  # set with the policy (engine/placement.py)
         self.env = None
-        self._env_key: tuple[str, int, bool] | None = None
+        self._env_key: tuple | None = None
 
     # ---- resources --------------------------------------------------------------------------------------------
     def get_policy(self):
         if self.policy is None:
+            from oxygen_gym.engine.placement import place
+
+            cfg = self.config
+            # before torch loads where it can: this process shares the machine with its simulator and with the
+            # run's other shards (Ray sets each actor's OMP_NUM_THREADS to its CPUs, which the rule honours)
+            self.placement = place(processes=cfg.shard[1], simulator=True, threads=cfg.threads)
             import torch
 
             from oxygen_gym import LanguageTask, MultiTaskPolicy
 
-            cfg = self.config
             dtype = getattr(torch, cfg.dtype) if cfg.dtype else None  # a name of eval_config.DTYPES
             # tasks' adapters are the checkpoint's own (adapters/<name>/), loaded by name
             adapters = sorted({t["adapter"] for t in cfg.language_tasks if t.get("adapter")}) or None
@@ -79,14 +85,6 @@ class EpisodeWorker:
                 from oxygen_gym.policies.temporal_ensemble import TemporalEnsemble
 
                 self.policy = TemporalEnsemble(self.policy, replan=self.replan(), decay=cfg.ensemble)
-            if cfg.lift_scale is not None and cfg.lift_scale != 1:
-                from oxygen_gym.policies.slow_lift import SlowLift
-
-                self.policy = SlowLift(self.policy, scale=cfg.lift_scale)
-            if cfg.open_confirm is not None:  # on what is executed: after the ensemble
-                from oxygen_gym.policies.gripper_latch import GripperOpenLatch
-
-                self.policy = GripperOpenLatch(self.policy, replan=self.replan(), confirm=cfg.open_confirm)
         return self.policy
 
     def convention_kwargs(self) -> dict:
@@ -96,29 +94,22 @@ class EpisodeWorker:
     def replan(self) -> int:
         """Actions executed per policy call: --replan, else the checkpoint's declared `replan_steps`, else the
         openpi client's replan_steps, or (lerobot) all the policy returns."""
-        from oxygen_gym.envs.protocols import get_libero_protocol
+        from ..sims import get_sim
 
         replan = with_declared_replan(self.config).replan  # run_eval resolved it already; the demo has not
         if replan is not None:
             return replan
-        protocol = get_libero_protocol(self.config.protocol)
-        return int(self.policy.horizon) if protocol.replan_from_policy else protocol.replan
+        return get_sim(self.config.env).protocol_replan(self.config.protocol, self.policy)
 
     def get_env(self, spec: EpisodeSpec):
-        key = (spec.suite, spec.task_id, self.config.render_every_step)
+        """The episode's env from the sim's plug-in (eval/sims.py), kept while the next episode's key is the same."""
+        from ..sims import get_sim
+
+        sim = get_sim(self.config.env)
+        key = sim.env_key(spec, self.config)
         if self._env_key != key:
             self.close_env()
-            import gymnasium as gym
-            import oxygen_gym.envs  # noqa: F401  (registers the env ids)
-            from oxygen_gym.envs.protocols import get_libero_protocol
-
-            limit = get_libero_protocol(self.config.protocol).max_steps_for(spec.suite)
-            if self.config.max_steps is not None:
-                limit = min(limit, self.config.max_steps)
-            self.env = gym.make("oxygen_gym/LIBERO-v0", suite=spec.suite, task_id=spec.task_id,
-                                protocol=self.config.protocol, max_steps=limit,
-                                fast_render=self.config.fast_render, fast_reset=self.config.fast_reset, label_subtasks=True,
-                                render_on_request=not self.config.render_every_step)  # only the frames used
+            self.env = sim.make_env(spec, self.config)
             self._env_key = key
         return self.env
 
@@ -148,6 +139,10 @@ class EpisodeWorker:
             video_dir = episode_video_dir(cfg.out, spec)
         try:
             env = self.get_env(spec)
+            if cfg.save_rollouts != "none":  # --save-rollouts: every step kept as training data
+                from oxygen_gym.train.collect.rollouts import RolloutRecorder
+
+                env = recorder = RolloutRecorder(env)
             policy = self.get_policy()
             policy.reset(seed=pseed)  # frame t draws its action noise from (seed, t)
             video = str(video_dir) if video_dir is not None else None
@@ -162,6 +157,10 @@ class EpisodeWorker:
 
                 result = run_live_episode(env, policy, seed=spec.seed, options=options,
                                           replan=self.replan(), video_dir=video, progress=progress, **live)
+            if cfg.save_rollouts != "none":
+                from oxygen_gym.train.collect.rollouts import save_rollout
+
+                save_rollout(recorder, cfg.out, spec, result.success, pseed, cfg.checkpoint)
         except Exception as e:  # noqa: BLE001 - one bad episode must not end the evaluation
             tb = traceback.format_exc()
             self.close_env()  # the sim may be in any state now
@@ -217,9 +216,8 @@ class EpisodeWorker:
             "video": video,
             "error": None,
             **({"live": r["live"]} if self.config.live is not None else {}),
-            # calls whose gripper open the latch held back (policies/gripper_latch.py)
-            **({"open_suppressed_calls": self.policy.suppressed_calls} if self.config.open_confirm is not None else {}),
             "wall_s": wall_s,
+            "placement": self.placement.as_record(),  # the threads this process ran with, and why
             "worker": f"{socket.gethostname()}:{os.getpid()}",
             "finished_at": _now(),
         }
@@ -228,8 +226,9 @@ class EpisodeWorker:
 _WORKER: EpisodeWorker | None = None
 
 
-def run_episode_spec(spec: EpisodeSpec, config: EvalConfig) -> dict:
-    """The per-episode function: reuses this process's worker while the config stays the same."""
+def run_episode_spec(spec: EpisodeSpec, config: EvalConfig, progress: bool = False) -> dict:
+    """The per-episode function: reuses this process's worker while the config stays the same. `progress`: a bar
+    over the episode's steps."""
     global _WORKER
     same = _WORKER is not None and (_policy_fields(_WORKER.config), _WORKER.config.device) == (
         _policy_fields(config), config.device)
@@ -237,7 +236,7 @@ def run_episode_spec(spec: EpisodeSpec, config: EvalConfig) -> dict:
         close_worker()
         _WORKER = EpisodeWorker(config)
     _WORKER.config = config  # outputs (video folder) may differ between runs that share the policy
-    record = _WORKER.run(spec)
+    record = _WORKER.run(spec, progress=progress)
     _register_exit_hook()
     return record
 
@@ -256,13 +255,39 @@ def close_worker() -> None:
         worker.close()
 
 
-_exit_hook_registered = False
-
-
 def _register_exit_hook() -> None:
-    """Close at exit, before robosuite's own exit hook terminates the EGL display (hooks run last-in first-out, and
-    robosuite registers its hook when it makes the first render context, during the first episode)."""
-    global _exit_hook_registered
-    if not _exit_hook_registered:
-        atexit.register(close_worker)
-        _exit_hook_registered = True
+    """Close at exit, before any simulator's exit hook terminates the EGL display. Hooks run last-in first-out, and
+    a sim registers its hook when it makes its first render context, during an episode: robosuite (LIBERO, DROID)
+    and dm_control (ALOHA) each terminate the same device display, so after each episode this hook moves behind
+    whatever registered since (a LIBERO eval, then an ALOHA one, then LIBERO again in one process printed
+    EGL_NOT_INITIALIZED errors at exit when it was registered once)."""
+    atexit.unregister(close_worker)
+    atexit.register(close_worker)
+
+
+def quiet_interrupt_exit(message: str, worker: EpisodeWorker | None = None) -> None:
+    """After Ctrl-C (call it once the `except KeyboardInterrupt` block has ended, so the interrupted frames are
+    released): close the env and policy (`worker`, else this process's) and free what the interrupt left half-built
+    while the EGL display still exists, saying nothing about what that teardown raises, then print `message`.
+
+    Without this, an interrupt during the first episode's reset (robosuite making its render context) left the env
+    open and a half-made `MjRenderContextOffscreen` for interpreter exit, after robosuite's own exit hook had
+    terminated the EGL display: their `__del__`s printed `EGLError(err = EGL_NOT_INITIALIZED, eglDestroyContext)` and
+    `AttributeError: ... no attribute 'con'` tracebacks."""
+    import contextlib
+    import gc
+    import io
+    import sys
+
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: None  # the __del__ of a half-made GL context
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            try:
+                worker.close() if worker is not None else close_worker()
+            except BaseException:  # noqa: BLE001 - the interrupt already decided the outcome
+                pass
+            gc.collect()  # the half-built contexts, now unreferenced, while the display is alive
+    finally:
+        sys.unraisablehook = hook
+    print(message, file=sys.stderr)

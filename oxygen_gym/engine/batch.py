@@ -16,10 +16,10 @@ from collections import deque
 
 import torch
 
+from ..core.guidance import Guidance, check_guidance
+from ..core.model_contract import EngineModel, PrefixState
 from .frame import FrameInput, FrameProgress, FrameResult, FrameStats
-from .model_api import EngineModel, PrefixState
 from .request import Request, RequestTable
-from .rtc import Guidance, check_guidance
 from .scheduler import FrameScheduler
 from .slots import SlotPool
 

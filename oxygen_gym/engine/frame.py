@@ -7,15 +7,16 @@ from typing import Any
 
 import torch
 
+from ..core.guidance import Guidance
 from .request import Request
-from .rtc import Guidance
 
 
 @dataclass
 class FrameInput:
-    """One observation and what it starts. `prefix`: the model's prefix-input bundle (model_api.py); `noise`: per
-    action head, `[1, horizon, action_dim]` (a bare tensor means the model's first head); the heads named here are
-    the ones denoised this frame; `guidance`: the heads whose chunk is inpainted to agree with the previous chunk."""
+    """One observation and what it starts. `prefix`: the model's prefix-input bundle (core/model_contract.py);
+    `noise`: per action head, `[1, horizon, action_dim]` (a bare tensor means the model's first head); the heads named
+    here are the ones denoised this frame; `guidance`: the heads whose chunk is inpainted to agree with the previous
+    chunk."""
 
     frame: int
     prefix: Any

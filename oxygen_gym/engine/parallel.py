@@ -8,8 +8,9 @@ import traceback
 import torch
 import torch.multiprocessing as mp
 
+from ..core.model_contract import EngineModel
 from .frame import FrameInput, FrameResult, FrameStats
-from .model_api import EngineModel
+from .placement import available_cores, choose, prepare_environment
 from .request import Request
 from .scheduler import FrameScheduler
 from .slots import SlotPool
@@ -45,7 +46,10 @@ class ParallelExecutor:
     ) -> None:
         ctx = mp.get_context("spawn")
         model.share_memory()
-        per_worker = max(1, (threads or torch.get_num_threads()) // 2)
+        # two processes share this one's cores: the placement rule sizes each (engine/placement.py); --threads splits
+        self.placement = choose(available_cores(), processes=2, threads=max(1, threads // 2) if threads else None)
+        per_worker = self.placement.threads
+        prepare_environment(self.placement)  # spawned workers start with it: their OpenMP waits passively
         self.model = model
         self._queues = []
         self._procs = []

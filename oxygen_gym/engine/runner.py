@@ -1,8 +1,8 @@
 """How each stage runs: eagerly, or by replaying a CUDA graph captured from the model's own call.
 
 The scheduler decides what runs (which rows, which requests); this runner decides how. Every stage calls the
-model's interface (model_api.py); with graphs on, the launch-bound stages (a decode step, a head's denoise loop) are
-captured once per static shape, nano-vllm style, and replayed, so there is one copy of every piece of math.
+model's interface (core/model_contract.py); with graphs on, the launch-bound stages (a decode step, a head's denoise
+loop) are captured once per static shape, nano-vllm style, and replayed, so there is one copy of every piece of math.
 
 Why graphs: a pi0.5 decode step at small batch is ~18 layers x ~25 small kernels; launched eagerly, the launches
 cost more than the weight reads on a fast GPU. Prefill and prompt extension stay eager: a few large kernels.
@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from .model_api import EngineModel, PrefixState
-from .rtc import Guidance
+from ..core.guidance import Guidance
+from ..core.model_contract import EngineModel, PrefixState
 from .slots import SlotPool
 
 

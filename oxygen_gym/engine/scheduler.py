@@ -2,7 +2,7 @@
 every action head, admit language requests, decode k steps for every in-flight request, evict the finished.
 
 The scheduler decides what runs; the runner (runner.py) decides how (eager or CUDA graph); the model is reached only
-through its engine interface (model_api.py). Per-frame state lives in a `FrameProgress` made for that frame.
+through its engine interface (core/model_contract.py). Per-frame state lives in a `FrameProgress` made for that frame.
 """
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from typing import Any
 
 import torch
 
+from ..core.guidance import Guidance, check_guidance
+from ..core.model_contract import EngineModel, PrefixState
 from .cpu_allocator import tune_allocator
 from .frame import FrameInput, FrameProgress, FrameResult, FrameStats
-from .model_api import EngineModel, PrefixState
 from .modes import SCHEDULER_MODES, check_mode
 from .request import Request, RequestTable
-from .rtc import Guidance, check_guidance
 from .runner import ModelRunner
 from .sampling import choose_tokens
 from .slots import SlotPool

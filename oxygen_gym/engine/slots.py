@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .kv_cache import KVCache
+from ..core.kv_view import KVCache
 
 
 class SlotPool:

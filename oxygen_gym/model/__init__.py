@@ -1,4 +1,4 @@
-"""Model families behind the engine's interface (oxygen_gym/engine/model_api.py), plus what they share: layers,
+"""Model families behind the engine's interface (oxygen_gym/core/model_contract.py), plus what they share: layers,
 the oneDNN CPU kernel path, tokenizers, dataset statistics. pi0.5 (pi05/) is the first family.
 
 The reference-compatible seam (docs/api.md):
@@ -8,7 +8,7 @@ The reference-compatible seam (docs/api.md):
 """
 from .pi05.config import BUILTIN_VOCAB, GemmaDims, PI05Config, VisionDims
 from .pi05.init import build_model, count_parameters
-from ..engine.kv_cache import KVCache
+from ..core.kv_view import KVCache
 from .pi05.loading import CheckpointNotFoundError, load_pretrained, save_pretrained
 from .norm_stats import NormStats, load_norm_stats
 from .pi05 import PI05Model, Prefix, PrefixInputs

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import cpu_kernels
+from .cpu_kernels import max_rows_of, packed_linear
 
 RMS_EPS = 1e-6
 
@@ -15,8 +15,8 @@ RMS_EPS = 1e-6
 def linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
     """Apply `layer` in its weight's dtype (fp32 norms feed bf16 matmuls in mixed checkpoints), plus the per-row
     LoRA update of the adapters routed to (lora_bank.py) when the layer is an adapter target."""
-    if cpu_kernels.max_rows_of(layer):  # opt-in oneDNN path for small-row calls (cpu_kernels.enable)
-        y = cpu_kernels.packed_linear(x, layer)
+    if max_rows_of(layer):  # opt-in oneDNN path for small-row calls (cpu_kernels.enable)
+        y = packed_linear(x, layer)
     else:
         y = F.linear(x.to(layer.weight.dtype), layer.weight, layer.bias)
     lora = layer.__dict__.get("lora_target")

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ..engine.kv_cache import KVCache
-from ..engine.model_api import EngineModel, KVLayout
+from ..core.kv_view import KVCache
+from ..core.model_contract import EngineModel, KVLayout
 from .lora_bank import adapter_routing
 from .xr0.xr0_prefix import XR0PrefixInputs
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .names import checkpoint_arg
 from .overrides import ConventionOverrides
 
 if TYPE_CHECKING:
@@ -25,7 +26,9 @@ RETURNS = {"openpi": "the whole chunk (openpi; its LIBERO client executes replan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="checkpoint folder, hub id, or a shipped trained model name")
+    parser.add_argument("checkpoint", type=checkpoint_arg,
+                        help="a checkpoint folder or hub id, the shipped trained model (libero-spatial), or a built-in "
+                             "model with random weights (tiny, small, pi05, xr0-tiny, ...)")
     parser.add_argument("--robot", default="libero", help="libero, droid or aloha (default libero)")
     ConventionOverrides.add_arguments(parser)
     parser.add_argument("--prompt", default="pick up the black bowl and place it on the plate",
@@ -76,6 +79,7 @@ def report(conv: Conventions, prompt: str) -> str:
         f"({RETURNS.get(conv.family, 'n_action_steps (lerobot select_action queue)')})",
         f"executes:   {_replan_text(conv.root)}",
         f"samples:    {_noise_text(conv.root)}",
+        f"language:   {_tasks_text(conv.root)}",
     ]
     pad = "zero-padded to %d before binning" % c.state_pad_to if c.state_pad_to else "unpadded"
     lines.append(f"prompt:     {'state bins in the prompt (' + pad + ')' if c.discrete_state else 'no state (pi0 form)'}"
@@ -153,6 +157,18 @@ def _noise_text(root) -> str:
     shown = list(declared) if isinstance(declared, tuple) else declared
     return (f"from noise times {shown} (config.json {KEY}; per action dim where a list, 1 past it; eval's default, "
             "--noise-scale S overrides)")
+
+
+def _tasks_text(root) -> str:
+    """The language tasks the checkpoint declares it was trained to answer (config.json language_tasks), if any."""
+    from .language_tasks import KEY, declared_language_tasks
+
+    tasks = declared_language_tasks(root)
+    if not tasks:
+        return "no declared tasks (--task NAME=PROMPT sets one)"
+    shown = "; ".join(f"{t.name} {t.prompt!r} ({t.max_new_tokens} tokens"
+                      f"{', adapter ' + t.adapter if t.adapter else ''})" for t in tasks)
+    return f"{shown} (config.json {KEY}; serve's default for --task NAME)"
 
 
 def _replan_text(root) -> str:

@@ -44,6 +44,7 @@ from ..robots import RobotSpec, get_robot
 from .cameras import EMPTY_CAMERA, IMAGE_PREFIX, OPENPI_SLOTS, map_cameras
 from .family import FAMILIES, LEROBOT, LEROBOT_04, LEROBOT_05, OPENPI, OPENPI_TRAINING, OURS, detect_family
 from .family import refuse_flags, refuse_layouts
+from .names import checkpoint_name_problem
 from .overrides import ConventionOverrides
 
 # openpi's published pi0.5 train configs by the asset id their norm stats live under (training/config.py)
@@ -82,7 +83,8 @@ class Conventions:
 
 
 def checkpoint_root(name_or_path, revision: str | None = None) -> Path:
-    """A shipped trained model's name (model/trained.py), a local folder, or a hub id -> the folder."""
+    """A shipped trained model's name (model/trained.py), a local folder, or a hub id -> the folder. Any other name
+    is refused at once with the built-in names and the closest of them (names.py)."""
     if isinstance(name_or_path, str) and name_or_path in TRAINED_MODELS:
         folder = trained_model_dir(name_or_path)
         if folder is None:
@@ -91,6 +93,9 @@ def checkpoint_root(name_or_path, revision: str | None = None) -> Path:
                 f"{WEIGHTS_FILE} (install the package with its trained assets, or pass a checkpoint folder)"
             )
         return folder
+    problem = checkpoint_name_problem(name_or_path)  # a typo: the built-in names and the closest, not a hub lookup
+    if problem is not None:
+        raise CheckpointNotFoundError(problem)
     from oxygen_gym.model.starvla.starvla_checkpoint import is_starvla_run
 
     path = Path(name_or_path).expanduser()

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import json
 
 from oxygen_gym.policies.action_noise import noise_scale_arg
 
-from .collector import CollectConfig, collect
 
 
 def parse_range(text: str, name: str) -> tuple[int, ...]:
@@ -55,10 +55,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --dagger and --dagger-beta 0: execute the temporal ensemble of the driving policy's "
                              "overlapping chunks, weights exp(-DECAY * i), i = 0 the oldest (ACT uses 0.01, < 0 favours newer; "
                              "policies/temporal_ensemble.py)")
-    parser.add_argument("--dagger-open-confirm", type=int, default=None, metavar="N",
-                        help="with --dagger and --dagger-beta 0: execute a gripper open while the gripper is held "
-                             "closed only once N calls of the driving policy in a row ask for it (N >= 2; "
-                             "policies/gripper_latch.py)")
     parser.add_argument("--perturb", type=float, default=0.0, metavar="RATE",
                         help="perturbed demos: the state expert drives and labels; in variants > 0 each chunk starts, "
                              "with this probability, a push of several cm or a flipped gripper command it must "
@@ -81,6 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replan", type=int, default=None, metavar="N",
                         help="with --perturb or --dagger: actions of each chunk executed before the driver is asked "
                              "again (default: the protocol's, openpi 5)")
+    parser.add_argument("--format", default="hdf5", choices=("hdf5", "lerobot"), dest="data_format",
+                        help="hdf5 (default): LIBERO's HDF5 layout only; lerobot: also a LeRobotDataset (v3.0, images "
+                             "in parquet) in OUT/lerobot, rebuilt from the HDF5 files when the run ends (the HDF5 files "
+                             "stay the resumable record: sim states for --relabel)")
     parser.add_argument("--relabel", action="store_true",
                         help="collect nothing: recompute the subtask and memory labels of the demos in --out from "
                              "their recorded sim states (train/collect/relabel.py)")
@@ -99,7 +99,9 @@ def run(args: argparse.Namespace) -> int:
         from .relabel import relabel
 
         print(json.dumps(relabel(args.out)))
-        return 0
+        return _export(args)
+    from .collector import CollectConfig, collect  # the simulator: here, so `oxygen-gym collect --help` stays fast
+
     try:
         cfg = CollectConfig(
             suite=args.suite, tasks=parse_range(args.tasks, "--tasks"),
@@ -109,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
             noise_std=args.noise_std, protocol=args.protocol, camera_size=args.camera_size,
             fast_render=not args.no_fast_render, workers=args.workers,
             dagger_checkpoint=args.dagger, dagger_beta=args.dagger_beta, dagger_noise_scale=args.dagger_noise_scale,
-            dagger_ensemble=args.dagger_ensemble, dagger_open_confirm=args.dagger_open_confirm,
+            dagger_ensemble=args.dagger_ensemble,
             perturb_rate=args.perturb,
             max_settle_m=None if args.max_settle_cm is None else args.max_settle_cm / 100,
             release_xy_m=None if args.release_xy_cm is None else args.release_xy_cm / 100,
@@ -120,7 +122,25 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--variants and --workers must be >= 1 and --noise-std >= 0")
         counts = collect(cfg, args.out)
     except ValueError as e:
-        print(f"oxygen-gym collect: {e}")
+        print(f"oxygen-gym collect: {e}", file=sys.stderr)
         return 2
     print(json.dumps(counts))
+    return _export(args)
+
+
+def _export(args: argparse.Namespace) -> int:
+    """With --format lerobot: the collection's demos as a LeRobotDataset in OUT/lerobot (replaced whole, so it
+    always holds exactly the HDF5 files' demos and labels)."""
+    if getattr(args, "data_format", "hdf5") != "lerobot":
+        return 0
+    from pathlib import Path
+
+    from ..lerobot_format import LEROBOT_DIR, export_lerobot
+
+    try:
+        result = export_lerobot(args.out, Path(args.out) / LEROBOT_DIR)
+    except ValueError as e:
+        print(f"oxygen-gym collect --format lerobot: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"lerobot": result}))
     return 0

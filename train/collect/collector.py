@@ -18,7 +18,6 @@ from tqdm import tqdm
 from oxygen_gym.envs.libero_scenes import SAME_SCENE_M, fresh_scene_seed
 from oxygen_gym.policies.action_noise import check_noise_scale
 from oxygen_gym.policies.checkpoints.noise_scale import resolved_noise_scale
-from oxygen_gym.policies.gripper_latch import GripperOpenLatch, check_confirm
 from oxygen_gym.policies.temporal_ensemble import TemporalEnsemble, check_decay
 
 from .dagger import MixedActor, check_beta, policy_for
@@ -89,9 +88,6 @@ class CollectConfig:
     dagger_noise_scale: float | tuple[float, ...] | None = None
     # the driving policy's chunks temporally ensembled with this decay (policies/temporal_ensemble.py); None: off
     dagger_ensemble: float | None = None
-    # the driving policy's gripper opens, while it is held closed, run only once this many of its calls in a row ask
-    # for one (policies/gripper_latch.py); None: off
-    dagger_open_confirm: int | None = None
     # perturbed demonstrations (perturb.py): the state expert drives and labels every variant; variants > 0 replace
     # chunks with pushes and gripper flips at this rate per chunk; demos are kept whether or not they succeeded
     perturb_rate: float = 0.0
@@ -130,11 +126,6 @@ class CollectConfig:
                 raise ValueError("--dagger-ensemble ensembles the driving policy's consecutive chunks; give --dagger "
                                  "with --dagger-beta 0 (an expert chunk would break the chunks' timeline)")
             check_decay(self.dagger_ensemble, "--dagger-ensemble")
-        if self.dagger_open_confirm is not None:
-            if self.dagger_checkpoint is None or self.dagger_beta != 0:
-                raise ValueError("--dagger-open-confirm counts the driving policy's consecutive calls; give --dagger "
-                                 "with --dagger-beta 0 (an expert chunk would come between them)")
-            check_confirm(self.dagger_open_confirm, "--dagger-open-confirm")
         check_rate(self.perturb_rate)
         if self.perturb_rate and self.dagger_checkpoint is not None:
             raise ValueError("--perturb and --dagger both choose who drives; give one")
@@ -216,13 +207,12 @@ def _env_for(cfg: CollectConfig, task_id: int):
 def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey, Demo | None, dict]:
     """One expert episode (with `cfg.dagger_checkpoint`: one DAgger rollout); returns the demo (None when the
     expert failed or the scene is an official one) and its attempt record."""
-    import torch
-
+    from oxygen_gym.engine.placement import place
     from oxygen_gym.envs.experts import PickPlaceExpert, SubtaskLabeller
     from oxygen_gym.envs.scene_memory import MemoryLabeller
     from oxygen_gym.envs.state_expert import StatePickPlaceExpert
 
-    torch.set_num_threads(1)
+    place(processes=max(1, cfg.workers), simulator=True)  # engine/placement.py: 1 thread on a small share
     env = _env_for(cfg, key.task_id)
     t0 = time.perf_counter()
     if key.scene is None:
@@ -250,8 +240,6 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
         policy = policy_for(cfg.dagger_checkpoint, cfg.protocol, cfg.dagger_noise_scale)
         if cfg.dagger_ensemble is not None:
             policy = TemporalEnsemble(policy, replan=replan, decay=cfg.dagger_ensemble)
-        if cfg.dagger_open_confirm is not None:
-            policy = GripperOpenLatch(policy, replan=replan, confirm=cfg.dagger_open_confirm)
         actor = MixedActor(policy, cfg.dagger_beta, replan, rng)
     steps: dict[str, list] = {k: [] for k in ("agentview", "wrist", "ee", "grip", "joints", "act", "exec", "states", "sub", "mem")}
     done = False
@@ -283,8 +271,6 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
     if isinstance(actor, MixedActor):
         extra = {"dagger_beta": cfg.dagger_beta, "dagger_noise_scale": cfg.dagger_noise_scale,
                  **({} if cfg.dagger_ensemble is None else {"dagger_ensemble": cfg.dagger_ensemble}),
-                 **({} if cfg.dagger_open_confirm is None else {"dagger_open_confirm": cfg.dagger_open_confirm,
-                                                                "open_suppressed_calls": policy.suppressed_calls}),
                  "policy_steps": actor.policy_steps, "replan": replan}
     elif isinstance(actor, PerturbingActor):
         extra = {"perturb_rate": cfg.perturb_rate, "perturbations": actor.perturbations,
@@ -374,8 +360,11 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
     manifest = out / MANIFEST
     if manifest.is_file():
         old = json.loads(manifest.read_text())["config"]
+        if old.get("dagger_open_confirm") is not None:  # an option taken out of the package (experiments/options/)
+            raise ValueError(f"--out {out} was collected with --dagger-open-confirm, an option no longer in the package; "
+                             "use another --out")
         keep = ("suite", "variants", "noise_std", "protocol", "camera_size", "fast_render", "fast_reset", "max_steps",
-                "dagger_checkpoint", "dagger_beta", "dagger_noise_scale", "dagger_ensemble", "dagger_open_confirm", "perturb_rate",
+                "dagger_checkpoint", "dagger_beta", "dagger_noise_scale", "dagger_ensemble", "perturb_rate",
                 "max_settle_m",
                 "release_xy_m", "lift_speed", "place_height_m", "replan")
         if bool(old.get("fresh_scenes")) != bool(cfg.fresh_scenes):

@@ -3,8 +3,8 @@
 DART-style noise (Laskey et al., 2017) only works while the expert's plan stays valid: `PickPlaceExpert` walks its
 own phase sequence, so its noise is kept small (1.5 cm) and a perturbed episode that fails is dropped. A policy's
 real errors are larger: it overshoots the bowl by centimetres, closes the gripper beside the rim, lets the bowl go in
-transit (docs/libero-spatial.md, failure counts of DAgger rounds 1 and 2). Here `StatePickPlaceExpert`, whose phase
-is read from the sim state each step, drives and labels, and whole chunks of its actions are replaced by such
+transit (experiments/libero-spatial-log.md, failure counts of DAgger rounds 1 and 2). Here `StatePickPlaceExpert`,
+whose phase is read from the sim state each step, drives and labels, and whole chunks of its actions are replaced by such
 errors: a push of several centimetres in a random direction, or the gripper command flipped (a premature close
 beside the bowl, an opening while carrying). Every visited state is stored with the expert's action for it, so the
 data holds the approach to the bowl, the errors, and the expert's recovery from each.

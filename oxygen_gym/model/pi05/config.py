@@ -170,14 +170,14 @@ BUILTIN["multi-small"] = PI05Config(
 )
 
 # `compact` at 128 px (64 tokens per camera instead of 36; a model pixel is 2 px of the 256 px render, not 2.7): the
-# release must see where the bowl is over the plate (docs/libero-spatial.md, "Chunk labels past a dropped bowl").
-# Same weights' shapes but the vision tower's position embedding.
+# release must see where the bowl is over the plate (experiments/libero-spatial-log.md, "Chunk labels past a
+# dropped bowl"). Same weights' shapes but the vision tower's position embedding.
 BUILTIN["compact-128"] = replace(BUILTIN["compact"], vision=replace(BUILTIN["compact"].vision, image_size=128))
 
 # `compact` half again as wide in the backbone and the action expert (backbone 192 / MLP 576, expert 96 / MLP 288;
 # 2.88 M parameters): the shipped model's open-loop error on its own training frames stays near its validation error
 # (0.063 against 0.086), a sign of too little capacity rather than too little data. Same vision tower and token layout
-# as `compact`. Trained on the shipped data it is no better (docs/libero-spatial.md, "A wider model").
+# as `compact`. Trained on the shipped data it is no better (experiments/libero-spatial-log.md, "A wider model").
 BUILTIN["compact-wide"] = replace(
     BUILTIN["compact"],
     vlm=replace(BUILTIN["compact"].vlm, width=192, mlp_dim=576),

@@ -20,6 +20,7 @@ from safetensors.torch import save_file
 
 from .config import BUILTIN, GemmaDims, PI05Config, VisionDims
 from .init import default_dtype, empty_model
+from ..language_task_rule import check_language_tasks
 from ..noise_rule import check_noise_scale
 from ..norm_stats import NormStats, load_norm_stats, write_lerobot_stats
 from .modeling import PI05Model
@@ -270,6 +271,7 @@ def save_pretrained(
     normalization: dict[str, str] | None = None,
     replan_steps: int | None = None,
     noise_scale: float | list[float] | tuple[float, ...] | None = None,
+    language_tasks: list | tuple | None = None,
 ) -> Path:
     """Write config.json (lerobot's fields plus our exact config under `oxygen_gym`) and model.safetensors in
     lerobot's key layout; with `norm_stats` (default: `model.norm_stats`), lerobot's processor stat files too.
@@ -279,7 +281,9 @@ def save_pretrained(
     default the whole chunk), `normalization_mapping` (`normalization`, e.g. {"STATE": "MEAN_STD"}; default
     QUANTILES for both), applied with openpi's formulas, and `replan_steps` (actions an evaluation executes per
     policy call unless told otherwise; policies/checkpoints/replan_steps.py) and `noise_scale` (the action head's
-    starting noise, one number or one per action dim, unless told otherwise; policies/checkpoints/noise_scale.py)."""
+    starting noise, one number or one per action dim, unless told otherwise; policies/checkpoints/noise_scale.py),
+    and `language_tasks` (the prompts its language path answers, maps or `LanguageTask`s with name, prompt,
+    max_new_tokens[, adapter]; policies/checkpoints/language_tasks.py)."""
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     save_file(to_checkpoint(model), str(root / WEIGHTS_FILE), metadata={"format": "pt"})
@@ -295,6 +299,8 @@ def save_pretrained(
         config["replan_steps"] = replan_steps
     if noise_scale is not None:
         config["noise_scale"] = check_declared_noise_scale(noise_scale, model.config.action_dim)
+    if language_tasks is not None:
+        config["language_tasks"] = check_language_tasks(language_tasks)
     if normalization:
         unknown = sorted(set(normalization) - {"STATE", "ACTION"})
         if unknown:

@@ -1,5 +1,5 @@
 """pi0.5 with three separable stages over an explicit KV cache: prefill, denoise, decode (the engine's interface,
-oxygen_gym/engine/model_api.py).
+oxygen_gym/core/model_contract.py).
 
 prefill  images + prompt -> the backbone writes the prefix KV into cache rows (bidirectional prefix)
 denoise  the action expert (head "actions") reads a row's prefix KV in place and integrates the flow (Euler, t = 1 -> 0)
@@ -19,9 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...engine.kv_cache import KVCache
-from ...engine.model_api import ActionHead, EngineModel, KVLayout, PrefixState
-from ...engine.rtc import Guidance, guided_velocity
+from ...core.guidance import Guidance
+from ...core.kv_view import KVCache
+from ...core.model_contract import ActionHead, EngineModel, KVLayout, PrefixState
+from ..flow_sampler import denoise_scope, euler_sample
 from ..layers import AdaRMSNorm, linear, rope_cos_sin
 from ..lora_bank import adapter_routing
 from .config import PI05Config
@@ -222,7 +223,6 @@ class PI05Model(nn.Module, EngineModel):
             guidance=guidance,
         )
 
-    @torch.inference_mode()
     def denoise(
         self,
         cache: KVCache,
@@ -241,14 +241,12 @@ class PI05Model(nn.Module, EngineModel):
         H positions, so nothing depends on the lengths' values) and is left there (a language request overwrites it
         later); the prefix itself is read in place, never copied. `positions`: RoPE position of the first action
         token per row (None: the prefix length). `head`: which action expert (multi-expert configs). `guidance`:
-        real-time chunking (engine/rtc.py), per row.
+        real-time chunking (core/guidance.py), per row; the flow runs in model/flow_sampler.py.
         """
         if guidance is not None:
             guidance.check_against(noise, head)
-            if guidance.method == "guided":  # a backward pass through the expert: autograd, outside inference mode
-                with torch.inference_mode(False), torch.no_grad():
-                    return self._denoise_body(cache, prefix_lengths, noise, num_steps, positions, static, head, guidance)
-        return self._denoise_body(cache, prefix_lengths, noise, num_steps, positions, static, head, guidance)
+        with denoise_scope(guidance):  # guided: a backward pass through the expert, outside inference mode
+            return self._denoise_body(cache, prefix_lengths, noise, num_steps, positions, static, head, guidance)
 
     def _denoise_body(self, cache, prefix_lengths, noise, num_steps, positions, static, head, guidance):
         parts = self.expert_parts(head)
@@ -277,30 +275,27 @@ class PI05Model(nn.Module, EngineModel):
             scale, shift, _ = mods[-1]
             return linear(AdaRMSNorm.modulate(h, scale, shift).float(), parts.action_out_proj)
 
-        dt = -1.0 / num_steps
-        x_t = noise.float()
+        # The flow in the data-ward convention of core/guidance.py: tau = 1 - t, u = -v, x += u / num_steps.
         steps = self._modulations(num_steps, noise.device, head)
-        if guidance is None:
-            for mods in steps:
-                x_t = x_t + dt * velocity(x_t, mods, cache.k, cache.v)
-            return x_t
-        guidance = guidance.to(noise.device)
-        if guidance.method == "trained":  # training-time RTC: the delayed prefix is clean, at t = 0, every step
-            frozen, clean = guidance.frozen[..., None], guidance.target
-            at_data = self._modulations_at_data(noise.device, head)
-            for mods in steps:
-                x_t = torch.where(frozen, clean, x_t)
-                x_t = x_t + dt * velocity(x_t, _per_token(at_data, mods, guidance.frozen), cache.k, cache.v)
-            return torch.where(frozen, clean, x_t)
-        # RTC in the data-ward convention of engine/rtc.py: tau = 1 - t, u = -v, x += u / num_steps.
-        ks, vs = self._private_kv(cache, p + horizon) if guidance.method == "guided" else (cache.k, cache.v)
-        for step, mods in enumerate(steps):
-            def data_ward(x: torch.Tensor, mods=mods) -> torch.Tensor:
-                # detach(): a fresh alias per step, so this step's action-token writes start a new autograd history
-                return -velocity(x, mods, [k.detach() for k in ks], [v.detach() for v in vs])
+        method = None if guidance is None else guidance.method
+        if method == "trained":  # training-time RTC: the delayed prefix is clean, conditioned at t = 0, every step
+            at_data, frozen = self._modulations_at_data(noise.device, head), guidance.frozen.to(noise.device)
 
-            x_t = x_t + (1.0 / num_steps) * guided_velocity(data_ward, x_t, step / num_steps, guidance)
-        return x_t
+            def step_mods(step: int) -> list:
+                return _per_token(at_data, steps[step], frozen)
+        else:
+            step_mods = steps.__getitem__
+        if method == "guided":
+            ks, vs = self._private_kv(cache, p + horizon)
+
+            def data_ward(x: torch.Tensor, step: int) -> torch.Tensor:
+                # detach(): a fresh alias per step, so this step's action-token writes start a new autograd history
+                return -velocity(x, step_mods(step), [k.detach() for k in ks], [v.detach() for v in vs])
+        else:
+            def data_ward(x: torch.Tensor, step: int) -> torch.Tensor:
+                return -velocity(x, step_mods(step), cache.k, cache.v)
+
+        return euler_sample(data_ward, noise, num_steps, guidance, frozen_prefix=True)
 
     def _modulations_at_data(self, device, head: str) -> list:
         """adaRMS at t = 0 (the clean end of the flow): what training-time RTC's frozen prefix is conditioned on."""

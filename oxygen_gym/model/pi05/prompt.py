@@ -62,6 +62,12 @@ def prompt_ids(
     return tokenizer.encode(clean_instruction(instruction), bos=True) + tokenizer.encode("\n")
 
 
+def _clipped(text: str, limit: int = 200) -> str:
+    """`repr(text)` of at most `limit` characters: errors name the prompt without echoing all of it."""
+    shown = repr(text[:limit])
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
 def tokenize_prompt(
     tokenizer: Tokenizer,
     instruction: str,
@@ -74,7 +80,7 @@ def tokenize_prompt(
     ids = prompt_ids(tokenizer, instruction, state, discrete_state, state_pad_to)
     if len(ids) > max_len:
         raise ValueError(
-            f"prompt is {len(ids)} tokens, over the model's limit of max_token_len={max_len}: {instruction!r}"
+            f"prompt is {len(ids)} tokens, over the model's limit of max_token_len={max_len}: {_clipped(instruction)}"
         )
     tokens = np.zeros(max_len, dtype=np.int64)
     tokens[: len(ids)] = ids

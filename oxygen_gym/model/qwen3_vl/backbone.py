@@ -1,5 +1,5 @@
 """Qwen3-VL over the engine's KV slots: prefill a batch of right-padded prompts with images into cache rows, then
-extend / decode text after them (oxygen_gym/engine/model_api.py describes the cache and the static forms).
+extend / decode text after them (oxygen_gym/core/model_contract.py describes the cache and the static forms).
 
 A token's cache index and its RoPE position differ here: an image of n merged tokens advances the M-RoPE position
 by max(t, h, w) of its grid, not by n (mrope.py). `prefill` returns each row's next position; continuations pass
@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import Qwen3VLConfig
 
-from ...engine.kv_cache import KVCache
-from ...engine.model_api import KVLayout, PrefixState
+from ...core.kv_view import KVCache
+from ...core.model_contract import KVLayout, PrefixState
 from ..lora_bank import adapter_routing
 from .input_checks import check_images, row_lengths
 from .mrope import frequency_axes, mrope_cos_sin, mrope_positions, rope_inv_freq, text_positions
@@ -86,7 +86,7 @@ class Qwen3VLBackbone(nn.Module):
         config.json is the family's, not Qwen3-VL's. `dtype` None keeps the stored dtype."""
         from .qwen_weights import load_backbone
 
-        return load_backbone(Path(path), device, dtype, prefix, config)
+        return load_backbone(Qwen3VLBackbone, Path(path), device, dtype, prefix, config)
 
     def tie_weights(self) -> None:
         """Share the embedding with the head when the (text) config ties them, as transformers does."""

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
+from torch import nn
 from transformers import Qwen3VLConfig
-
-from .backbone import Qwen3VLBackbone
 
 INDEX_FILE = "model.safetensors.index.json"
 HEAD_KEY = "lm_head.weight"
@@ -57,12 +56,14 @@ def _names(keys, prefix: str, limit: int = 8) -> str:
 
 
 def load_backbone(
-    folder: Path, device, dtype: torch.dtype | None, prefix: str = "", config: Qwen3VLConfig | None = None
-) -> Qwen3VLBackbone:
-    """Build on the meta device, check the keys, assign the stored tensors, then move (and cast, if `dtype`)."""
+    backbone: type[nn.Module], folder: Path, device, dtype: torch.dtype | None, prefix: str = "",
+    config: Qwen3VLConfig | None = None,
+) -> nn.Module:
+    """Build `backbone` (the `Qwen3VLBackbone` class, passed in: it imports this module to load itself) on the meta
+    device, check the keys, assign the stored tensors, then move (and cast, if `dtype`)."""
     config = config if config is not None else Qwen3VLConfig.from_pretrained(folder)
     with torch.device("meta"):
-        model = Qwen3VLBackbone(config)
+        model = backbone(config)
     named_in, where, tensors = read_prefixed(folder, prefix)
     expected = set(model.state_dict())
     tied = model.spec.tie_word_embeddings

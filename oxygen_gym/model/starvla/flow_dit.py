@@ -7,7 +7,10 @@ Parameter names follow diffusers' modules as those files build them (`transforme
 `proj_out_1|2`), so a StarVLA or lerobot state dict loads strictly. Conventions (diffusers 0.3x):
 
 - time: `Timesteps(256, flip_sin_to_cos=True, downscale_freq_shift=1)` -> [cos, sin] of t * 1e4^(-i / 127), then
-  Linear-SiLU-Linear; the DiT is fed the integer bucket int(1000 tau).
+  Linear-SiLU-Linear; the DiT is fed the integer bucket int(1000 tau) (`time_bucket`). StarVLA's flow time is
+  core/guidance.py's convention already (`LayerwiseFM_ActionHeader.py` / lerobot's GR00T head `get_action`):
+  tau = k / num_steps from 0 (noise) towards 1 (data), the head predicts the data-ward velocity, so the heads
+  integrate with model/flow_sampler.py as they are.
 - ada_norm block: x += attn(LayerNorm(x) * (1 + scale) + shift) with (scale, shift) = Linear(SiLU(temb)); then
   x += ff(LayerNorm(x)); LayerNorms without affine, eps 1e-5; ff = Linear-GELU(tanh)-Linear, 4x wide.
 - a block cross-attends when built with a context width; with `interleave`, odd blocks self-attend (no mask).
@@ -25,6 +28,11 @@ from torch import nn
 from ..layers import linear
 
 KV = tuple[torch.Tensor, torch.Tensor]
+
+
+def time_bucket(step: int, num_steps: int, buckets: int) -> int:
+    """The integer time the DiT sees at Euler step `step` (`int(t_cont * num_timestep_buckets)`)."""
+    return int(step / float(num_steps) * buckets)
 
 
 class TimestepEmbedding(nn.Module):

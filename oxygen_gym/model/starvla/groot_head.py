@@ -12,10 +12,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ...engine.rtc import Guidance
+from ...core.guidance import Guidance
+from ..flow_sampler import euler_sample
 from .encoders import CategorySpecificMLP, MultiEmbodimentActionEncoder
-from .flow_dit import Block, FlowDiT
-from .flow_sampling import euler_sample, time_bucket
+from .flow_dit import Block, FlowDiT, time_bucket
 from .starvla_config import StarVLAConfig
 
 
@@ -97,4 +97,6 @@ class GR00THead(nn.Module):
             t = torch.full((b,), time_bucket(step, num_steps, buckets), device=noise.device, dtype=torch.long)
             return self.velocity(x, t, tokens, kvs, mask)
 
-        return euler_sample(velocity, noise, num_steps, guidance, "groot")
+        if guidance is not None:
+            guidance.check_against(noise, "groot")
+        return euler_sample(velocity, noise, num_steps, guidance)

@@ -13,10 +13,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ...engine.rtc import Guidance
+from ...core.guidance import Guidance
+from ..flow_sampler import euler_sample
 from .encoders import MLP, ActionEncoder
-from .flow_dit import FlowDiT
-from .flow_sampling import euler_sample, time_bucket
+from .flow_dit import FlowDiT, time_bucket
 from .starvla_config import StarVLAConfig
 
 
@@ -74,4 +74,6 @@ class PIHead(nn.Module):
             t = torch.full((b,), time_bucket(step, num_steps, buckets), device=noise.device, dtype=torch.long)
             return self.velocity(x, t, kvs, mask)
 
-        return euler_sample(velocity, noise, num_steps, guidance, "pi")
+        if guidance is not None:
+            guidance.check_against(noise, "pi")
+        return euler_sample(velocity, noise, num_steps, guidance)

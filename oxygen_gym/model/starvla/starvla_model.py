@@ -1,4 +1,4 @@
-"""StarVLA behind the engine's interface (engine/model_api.py): one Qwen3-VL backbone (model/qwen3_vl) whose prefill
+"""StarVLA behind the engine's interface (core/model_contract.py): one Qwen3-VL backbone (model/qwen3_vl) whose prefill
 writes the slot KV and, from the same pass, the hidden-state taps its heads read (`PrefixState.extras`), and up to
 three action heads that consume it in three ways (starvla_config.py):
 
@@ -27,9 +27,10 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from ...engine.kv_cache import KVCache
-from ...engine.model_api import ActionHead, PrefixState
-from ...engine.rtc import Guidance
+from ...core.guidance import Guidance
+from ...core.kv_view import KVCache
+from ...core.model_contract import ActionHead, PrefixState
+from ..flow_sampler import denoise_scope
 from ..qwen3_vl import Qwen3VLBackbone
 from ..qwen_backed import QwenBackedModel
 from ..xr0.xr0_prefix import XR0PrefixInputs
@@ -121,11 +122,7 @@ class StarVLAModel(nn.Module, QwenBackedModel):
             return self._oft_actions(cache, state, noise.shape[1], static)
         with torch.inference_mode():
             taps = self._head_taps(head, state.extras, state.lengths, static)
-        if guidance is not None and guidance.method == "guided":  # a backward pass: autograd, outside inference mode
-            with torch.inference_mode(False), torch.no_grad():
-                return self.heads[head].sample(taps, state.lengths, noise, num_steps, static=static,
-                                               guidance=guidance)
-        with torch.inference_mode():
+        with denoise_scope(guidance):  # guided: a backward pass through the head, outside inference mode
             return self.heads[head].sample(taps, state.lengths, noise, num_steps, static=static, guidance=guidance)
 
     def _oft_actions(self, cache: KVCache, state: PrefixState, horizon: int, static: bool) -> torch.Tensor:

@@ -30,8 +30,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...engine.kv_cache import KVCache
-from ...engine.rtc import Guidance, guided_velocity
+from ...core.guidance import Guidance
+from ...core.kv_view import KVCache
+from ..flow_sampler import denoise_scope, euler_sample
 from ..layers import linear, rope_cos_sin
 from .dit import DiT
 from .xr0_config import XR0Config
@@ -219,7 +220,6 @@ class XR0ActionExpert(nn.Module):
         own = self.own_mask(horizon, x_t.device)
         return self._run(h, self.modulations(t.float()), cos, sin, kv, cache_mask, own, horizon)
 
-    @torch.inference_mode()
     def sample(
         self,
         cache: KVCache,
@@ -233,17 +233,16 @@ class XR0ActionExpert(nn.Module):
         dim_mask: torch.Tensor | None = None,
         guidance: Guidance | None = None,
     ) -> torch.Tensor:
-        """Normalised actions `[B, H, A]` (fp32): Euler from the noise at t = 0 to the data at t = 1. `guidance`:
-        real-time chunking (engine/rtc.py, whose flow-time convention is this one's)."""
+        """Normalised actions `[B, H, A]` (fp32): Euler from the noise at t = 0 to the data at t = 1
+        (model/flow_sampler.py). `guidance`: real-time chunking (core/guidance.py, whose flow-time convention is this
+        one's)."""
         if guidance is not None:
             guidance.check_against(noise, "actions")
             if guidance.method == "trained":
                 raise ValueError("rtc.method 'trained' needs a head trained with clean action prefixes; XR0's DiT "
                                  "conditions on one flow time per row: use 'guided' or 'cheap'")
-            if guidance.method == "guided":  # a backward pass through the DiT: autograd, outside inference mode
-                with torch.inference_mode(False), torch.no_grad():
-                    return self._sample(cache, lengths, next_positions, noise, state, num_steps, static, dim_mask, guidance)
-        return self._sample(cache, lengths, next_positions, noise, state, num_steps, static, dim_mask, guidance)
+        with denoise_scope(guidance):  # guided: a backward pass through the DiT, outside inference mode
+            return self._sample(cache, lengths, next_positions, noise, state, num_steps, static, dim_mask, guidance)
 
     def _sample(self, cache, lengths, next_positions, noise, state, num_steps, static, dim_mask, guidance):
         num_steps = num_steps or self.config.num_steps
@@ -251,13 +250,10 @@ class XR0ActionExpert(nn.Module):
         horizon = noise.shape[1]
         cos, sin = self._cos_sin(next_positions, horizon)
         own = self.own_mask(horizon, noise.device)
-        dt = 1.0 / num_steps
-        x = noise.float()
         context = self._context_tokens(state)
-        for step, mods in enumerate(self._step_modulations(num_steps, noise.device)):
-            def velocity(x_t: torch.Tensor, mods=mods) -> torch.Tensor:
-                return self._run(self._tokens(context, x_t, dim_mask), mods, cos, sin, kv, cache_mask, own, horizon)
+        steps = self._step_modulations(num_steps, noise.device)
 
-            u = velocity(x) if guidance is None else guided_velocity(velocity, x, step / num_steps, guidance)
-            x = x + dt * u
-        return x
+        def velocity(x_t: torch.Tensor, step: int) -> torch.Tensor:
+            return self._run(self._tokens(context, x_t, dim_mask), steps[step], cos, sin, kv, cache_mask, own, horizon)
+
+        return euler_sample(velocity, noise, num_steps, guidance)

@@ -1,4 +1,4 @@
-"""Xiaomi-Robotics-0 behind the engine's interface (engine/model_api.py): a Qwen3-VL backbone (model/qwen3_vl) whose
+"""Xiaomi-Robotics-0 behind the engine's interface (core/model_contract.py): a Qwen3-VL backbone (model/qwen3_vl) whose
 prefill writes the slot KV, and a DiT action expert (action_expert.py) that reads the KV of the backbone's last
 `read_layers` layers in place, by joint attention, with its own sink, state and action tokens after the prefix.
 
@@ -12,9 +12,9 @@ import math
 import torch
 from torch import nn
 
-from ...engine.kv_cache import KVCache
-from ...engine.model_api import ActionHead, PrefixState
-from ...engine.rtc import Guidance
+from ...core.guidance import Guidance
+from ...core.kv_view import KVCache
+from ...core.model_contract import ActionHead, PrefixState
 from ..qwen3_vl import Qwen3VLBackbone
 from ..qwen_backed import QwenBackedModel
 from .action_expert import XR0ActionExpert

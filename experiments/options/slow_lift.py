@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .gripper_latch import LIBERO_GRIPPER_DIM
+from gripper_latch import LIBERO_GRIPPER_DIM
 
 LIBERO_UP_DIM = 2  # OSC_POSE delta z, + up
 

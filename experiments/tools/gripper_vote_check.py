@@ -1,15 +1,15 @@
 """Would a vote over several noise samples keep the gripper closed through the carry? A closed-loop experiment.
 
-The fresh-scene check of docs/libero-spatial.md (`oxygen-gym collect libero ... --dagger CHECKPOINT --dagger-beta
+The fresh-scene check of experiments/libero-spatial-log.md (`oxygen-gym collect libero ... --dagger CHECKPOINT --dagger-beta
 0`: the policy alone, eval's openpi loop, full render), with the driving policy asked `--samples` times per frame
 (different noise seeds, the first the rollout's own): the arm follows the first sample, the gripper command is the
 mean of the samples' (its sign is the majority's), or with `--open-votes K` the mean of the opening samples where at
 least K of them command open (robosuite opens on a negative command) and of the closing ones elsewhere. One worker
 in this process, so the patched driver holds; run several ranges side by side, each with its own `--out`. Not in CI,
-not a feature: both measured no better (the card says why).
+not a feature: both measured no better (experiments/libero-spatial-log.md says why).
 
-    python tools/gripper_vote_check.py --checkpoint libero-spatial --fresh-scenes 1000-1012 --out data/vote-a
-    python tools/gripper_vote_check.py --checkpoint libero-spatial --replan 3 --open-votes 3 --fresh-scenes 1000-1012 --out data/vote3-a
+    python experiments/tools/gripper_vote_check.py --checkpoint libero-spatial --fresh-scenes 1000-1012 --out data/vote-a
+    python experiments/tools/gripper_vote_check.py --checkpoint libero-spatial --replan 3 --open-votes 3 --fresh-scenes 1000-1012 --out data/vote3-a
 """
 from __future__ import annotations
 
@@ -60,10 +60,10 @@ class GripperVote:
 
 def fresh_check_config(checkpoint: str, fresh_scenes: str, replan: int | None,
                        noise_scale: float | tuple[float, ...] | None = None) -> collector.CollectConfig:
-    """The fresh-scene check of docs/libero-spatial.md as a collection: `checkpoint` drives alone (DAgger, beta 0) on
+    """The fresh-scene check of experiments/libero-spatial-log.md as a collection: `checkpoint` drives alone (DAgger, beta 0) on
     libero_spatial task 0's `fresh_scenes`, one variant, full render, draws that threw an object > 5 cm skipped, one
     worker in this process (so a patched `collector.policy_for` holds). `noise_scale`: the driver's sampling noise
-    (None: the checkpoint's declared one; the card's runs of these tools predate libero-spatial's declaration, so
+    (None: the checkpoint's declared one; the log's runs of these tools predate libero-spatial's declaration, so
     `1` repeats them)."""
     return collector.CollectConfig(suite="libero_spatial", tasks=(0,), init_states=(),
                                    fresh_scenes=parse_range(fresh_scenes, "--fresh-scenes"), variants=1,
@@ -75,7 +75,7 @@ def add_noise_scale_argument(parser: argparse.ArgumentParser) -> None:
     """`--noise-scale` of the fresh-scene check tools (see `fresh_check_config`)."""
     parser.add_argument("--noise-scale", type=noise_scale_arg, default=None, metavar="S",
                         help="the driving policy's sampling noise (default: the checkpoint's declaration; 1 repeats "
-                             "the card's runs, made before libero-spatial declared one)")
+                             "the log's runs, made before libero-spatial declared one)")
 
 
 def main() -> None:

@@ -1,14 +1,14 @@
 """Does a chunk that opens the gripper mid-carry take the open back later in the same chunk, where a release keeps it?
 
 If so, a filter could execute an open only when the chunk's own unexecuted tail keeps opening, sparing releases that
-a latch across calls delays (docs/libero-spatial.md, "A latched open"). Reads rollouts recorded by `oxygen-gym
+a latch across calls delays (experiments/libero-spatial-log.md, "A latched open"). Reads rollouts recorded by `oxygen-gym
 collect libero ... --dagger CHECKPOINT --dagger-beta 0`; at each policy frame (every `--replan` steps) where the
 rollout executed an open while its last command closed, in the carry, place or release phase (sim-state labels),
 asks `--checkpoint` again on the recorded observation with `--samples` noise seeds. For every sample whose executed
 part opens: the share of the rest of its chunk that opens, and whether the whole chunk's majority opens. Not in CI:
-an analysis tool whose numbers go in the model card.
+an analysis tool whose numbers are in experiments/libero-spatial-log.md.
 
-    python tools/chunk_tail_opens.py data/fc-shipped-1000-1025/libero_spatial_task0_demo.hdf5 --checkpoint libero-spatial
+    python experiments/tools/chunk_tail_opens.py data/fc-shipped-1000-1025/libero_spatial_task0_demo.hdf5 --checkpoint libero-spatial
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=8, help="noise seeds per frame")
     parser.add_argument("--noise-scale", type=noise_scale_arg, default=None, metavar="S",
                         help="the policy's sampling noise (default: the checkpoint's declaration; 1 repeats the "
-                             "card's runs, made before libero-spatial declared one)")
+                             "log's runs, made before libero-spatial declared one)")
     parser.add_argument("--replan", type=int, default=3, help="actions the rollout executed per policy call")
     parser.add_argument("--json", type=Path, help="write the per-phase summary here")
     args = parser.parse_args()

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .temporal_ensemble import check_replan_interval
+from oxygen_gym.policies.temporal_ensemble import check_replan_interval
 
 LIBERO_GRIPPER_DIM = 6  # LIBERO's 7-d action: 3 position, 3 rotation, gripper
 

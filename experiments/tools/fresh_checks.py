@@ -3,9 +3,9 @@
 and successes. A scene whose draw was thrown (an object moved more than the collection's `--max-settle-cm` while
 settling, the collector's own rejection rule) counts for nobody. The paired columns say on how many scenes both ran
 the first model won and lost against each other one: with one rollout per scene those are the numbers to read, not
-the totals alone. Not in CI: an analysis tool whose numbers go in the model card.
+the totals alone. Not in CI: an analysis tool whose numbers are in experiments/libero-spatial-log.md.
 
-    python tools/fresh_checks.py shipped=data/fresh-check-shipped,data/fresh-check2-shipped lift05=data/fresh-check-lift05,...
+    python experiments/tools/fresh_checks.py shipped=data/fresh-check-shipped,data/fresh-check2-shipped lift05=data/fresh-check-lift05,...
 """
 from __future__ import annotations
 

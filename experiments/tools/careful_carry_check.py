@@ -1,17 +1,17 @@
 """Would a slower arm while the gripper is closed keep the rim pinch? A closed-loop experiment.
 
-The state expert's pinch slips far less when it lifts slowly (docs/libero-spatial.md, "A slower first lift"), and the
+The state expert's pinch slips far less when it lifts slowly (experiments/libero-spatial-log.md, "A slower first lift"), and the
 policy's drops come with the pinch already slipping ("A latched open"). Here the driving policy's translation
 commands (LIBERO's OSC_POSE deltas, dims 0-2) are scaled by `--scale` at every step whose own gripper command closes
 (> 0, robosuite's Panda gripper moves on the sign), i.e. while grasping and carrying; the approach and the release
 run as the policy asked. With `--up-only` only upward commands (dim 2 > 0) are scaled: a slower lift, as the
 expert's `--lift-speed`, with the carry across and the lowering over the plate at the policy's own speed; that is
-policies/slow_lift.py `SlowLift`, eval's `--lift-scale`. The fresh-scene check of docs/libero-spatial.md otherwise
+policies/slow_lift.py `SlowLift`, eval's `--lift-scale`. The fresh-scene check of experiments/libero-spatial-log.md otherwise
 (`oxygen-gym collect libero ... --dagger CHECKPOINT --dagger-beta 0`: the policy alone, eval's openpi loop, full
 render). One worker in this process, so the patched driver holds; run several ranges side by side, each with its own
 `--out`. Not in CI, not a feature.
 
-    python tools/careful_carry_check.py --checkpoint libero-spatial --scale 0.5 --replan 3 --fresh-scenes 1000-1025 --out data/fc-carry05-1000-1025
+    python experiments/tools/careful_carry_check.py --checkpoint libero-spatial --scale 0.5 --replan 3 --fresh-scenes 1000-1025 --out data/fc-carry05-1000-1025
 """
 from __future__ import annotations
 
@@ -19,9 +19,13 @@ import argparse
 import json
 
 import numpy as np
-from gripper_vote_check import add_noise_scale_argument, fresh_check_config
+import sys
+from pathlib import Path
 
-from oxygen_gym.policies.slow_lift import SlowLift
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "options"))  # slow_lift.py left the package
+from gripper_vote_check import add_noise_scale_argument, fresh_check_config  # noqa: E402
+
+from slow_lift import SlowLift  # noqa: E402
 from oxygen_gym.train.collect import collector
 from oxygen_gym.train.collect.dagger import policy_for
 from oxygen_gym.train.open_loop import GRIPPER_DIM

@@ -1,7 +1,7 @@
 """How many model-image pixels one centimetre at the task's target (the plate) spans in each LIBERO camera: the scale that says what a
 random shift of N pixels (train --shift) means in the scene, next to LIBERO's 3 cm `On` tolerance.
 
-    python tools/camera_pixel_scale.py --init-state 0 --model-size 96
+    python experiments/tools/camera_pixel_scale.py --init-state 0 --model-size 96
 
 Projects the target's position (the `on` goal's target, envs/experts.py `pick_place_goal`) and points 1 cm from it
 along world x and y through each camera (robosuite's camera_utils, at the env's render size, eval's default), then

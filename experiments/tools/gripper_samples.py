@@ -6,9 +6,9 @@ asks `--checkpoint` again on the recorded observation with `--samples` different
 the first `--replan` gripper commands that are "open" (robosuite's Panda gripper moves on the command's sign, -1
 open), averaged over the samples, beside whether the rollout itself executed an open there. A frame whose executed
 open has a low sample share was an unlucky draw (more samples or a vote would have kept it closed); a high share is
-the policy's decision. Not in CI: an analysis tool whose numbers go in the model card.
+the policy's decision. Not in CI: an analysis tool whose numbers are in experiments/libero-spatial-log.md.
 
-    python tools/gripper_samples.py data/fresh-check/libero_spatial_task0_demo.hdf5 --checkpoint libero-spatial
+    python experiments/tools/gripper_samples.py data/fresh-check/libero_spatial_task0_demo.hdf5 --checkpoint libero-spatial
 """
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=12, help="noise seeds per frame")
     parser.add_argument("--noise-scale", type=noise_scale_arg, default=None, metavar="S",
                         help="the policy's sampling noise (default: the checkpoint's declaration; 1 repeats the "
-                             "card's runs, made before libero-spatial declared one)")
+                             "log's runs, made before libero-spatial declared one)")
     parser.add_argument("--replan", type=int, default=5, help="steps executed per policy call (openpi's LIBERO: 5)")
     parser.add_argument("--json", type=Path, help="write every frame and the summary here")
     args = parser.parse_args()

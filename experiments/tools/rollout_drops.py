@@ -5,9 +5,9 @@ Reads rollouts recorded by `oxygen-gym collect libero ... --dagger CHECKPOINT --
 A drop is a carry step followed by a reach or grasp one (the same rule as eval/libero/failure_modes.py, per step
 here instead of per policy frame). It counts as `opened` when any executed gripper command in the `--window` steps
 before it was negative (robosuite's Panda gripper moves on the command's sign, -1 open), else `closed`. Not in CI: an
-analysis tool whose numbers go in the model card.
+analysis tool whose numbers are in experiments/libero-spatial-log.md.
 
-    python tools/rollout_drops.py data/fresh-check/libero_spatial_task0_demo.hdf5 [--window 10] [--json out.json]
+    python experiments/experiments/tools/rollout_drops.py data/fresh-check/libero_spatial_task0_demo.hdf5 [--window 10] [--json out.json]
 """
 from __future__ import annotations
 
