@@ -218,8 +218,9 @@ class Attack:
         c["reply_ms_max"] = max(c["reply_ms_max"], ms)
 
     async def talker(self, pause: float) -> None:
-        """Send the kind's messages on one connection (over-cap ones every fifth for `oversized`), count the replies;
-        reconnect when closed."""
+        """Send the kind's messages on one connection (for `oversized`, an over-cap one second and every fifth after),
+        count the replies; reconnect when closed. The robot starts once the first message (for `oversized`, the first
+        two: a named refusal and a close) is on its way, so even a two-call phase meets each refusal."""
         from websockets.exceptions import ConnectionClosed
 
         msgs, c, i, first = self.messages[self.kind], self.counts, 0, self._started()
@@ -231,13 +232,14 @@ class Attack:
                 continue
             try:
                 while not self.stop.is_set():
-                    over = self.kind == "oversized" and i % 5 == 4
+                    over = self.kind == "oversized" and i % 5 == 1
                     m = self.messages["over_cap"][0] if over else msgs[i % len(msgs)]
                     i += 1
                     c["sent"] += 1
                     t0 = time.perf_counter()
                     await ws.send(m)
-                    first.set()
+                    if self.kind != "oversized" or i >= 2:
+                        first.set()
                     reply = await asyncio.wait_for(ws.recv(), REPLY_TIMEOUT_S)
                     self._reply(reply, 1e3 * (time.perf_counter() - t0))
                     if pause:
