@@ -23,7 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str | None, str]] = {
     "eval": (None, "closed-loop evaluation: `eval libero`, `eval aloha`, `eval droid`, `eval merge` (resumable, sharded, Ray; summary and plots)"),
     "bench": ("oxygen_gym.eval.bench.bench_command", "side-by-side speed benchmarks of every execution mode (`bench serve`: the server under load)"),
     "serve": ("oxygen_gym.serve.serve_command", "serve a policy over websockets (openpi-compatible)"),
-    "inspect": ("oxygen_gym.policies.checkpoints.report", "what a policy will feed a checkpoint: cameras, normalisation, prompt, chunk"),
+    "inspect": ("oxygen_gym.policies.inspect_command", "what a policy will feed a checkpoint: cameras, normalisation, prompt, chunk"),
     "collect": ("oxygen_gym.train.collect.collect_command", "scripted LIBERO demonstrations with subtask labels, in LIBERO's HDF5 layout"),
     "train": ("oxygen_gym.train.train_command", "train a pi0.5 config on demonstrations (flow matching + language), resumable"),
 }

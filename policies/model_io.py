@@ -1,83 +1,26 @@
-"""What a policy needs of a model family besides the engine seam (core/model_contract.py): how a checked observation
-becomes the family's prefix bundle, how a language task's prompt becomes the tokens that continue that prefix, and
-the tokenizer that decodes the text. Each family registers one `PolicyFamily` (its IO, its built-in models, and how it
-tells and loads its checkpoint folders); `io_for` finds a model's by its class and `checkpoint_family` a folder's by
-its files, so the policy holds no family-specific branch."""
+"""Finding a model family: `io_for` finds a model's IO by its class, `checkpoint_family` a folder's family by its
+files, `family_of_builtin` a built-in name's, so the policy holds no family-specific branch. The families register
+themselves (policies/family_api.py) when their modules are imported, which `registered_families` does here."""
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Callable
-from dataclasses import dataclass
+import importlib
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-
-class ModelIO(ABC):
-    """A family's observation and text conventions, bound to one model, tokenizer, robot and its normalisers."""
-
-    tokenizer: Any  # encode(text) -> ids, decode(ids) -> str, eos_id
-    camera_slots: dict[str, str]  # robot camera -> the model's image slot or view (the family's default if not given)
-
-    @abstractmethod
-    def prefix_inputs(self, images: dict[str, np.ndarray], state: np.ndarray, prompt: str) -> Any:
-        """The model's prefix bundle (batch 1, on the model's device) for one checked observation in robot units."""
-
-    @abstractmethod
-    def task_prompt_ids(self, prompt: str) -> list[int]:
-        """Token ids of a language task's prompt as it continues the shared prefix (the last one is fed by the first
-        decode step)."""
-
-    @property
-    def eos_id(self) -> int:
-        return int(self.tokenizer.eos_id)
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids)
-
-
-@dataclass(frozen=True)
-class PolicyFamily:
-    """One model family as the policy layer sees it: its model class, how to bind its IO, and its built-in
-    random-weight models. `build_builtin(name, robot, device, dtype, overrides, seed)` returns (model, tokenizer,
-    extra MultiTaskPolicy keyword arguments).
-
-    Checkpoint folders: `checkpoint_families` are the names `family=` accepts for this family's folders;
-    `detects(root)` says from the files alone whether a folder is this family's (None: the family takes every folder
-    no other family detects: pi0.5, whose own sub-families are told apart by its resolver); `load(root, robot,
-    overrides, device, dtype)` returns (model, tokenizer, extra MultiTaskPolicy keyword arguments, conventions with
-    `.warnings`); `inspect(root, robot, overrides, prompt)` returns the `oxygen-gym inspect` text without loading
-    weights."""
-
-    name: str
-    model_class: type
-    make_io: Callable[..., ModelIO]
-    builtins: tuple[str, ...] = ()
-    build_builtin: Callable[..., tuple[Any, Any, dict]] | None = None
-    checkpoint_families: tuple[str, ...] = ()
-    detects: Callable[[Path], bool] | None = None
-    load: Callable[..., tuple[Any, Any, dict, Any]] | None = None
-    inspect: Callable[..., str] | None = None
-
-
-FAMILIES: dict[str, PolicyFamily] = {}
-
-
-def register_family(family: PolicyFamily) -> None:
-    taken = {n: f.name for f in FAMILIES.values() for n in f.builtins if f.name != family.name}
-    clash = sorted(set(family.builtins) & set(taken))
-    if clash:
-        raise ValueError(f"built-in model name(s) {clash} are already {taken[clash[0]]!r}'s")
-    FAMILIES[family.name] = family
+from .checkpoints.family_names import FAMILY_TABLE
+from .family_api import REGISTERED, ModelIO, PolicyFamily, register_family  # noqa: F401 - importable from here too
 
 
 def registered_families() -> dict[str, PolicyFamily]:
-    """Every family (each family's module registers it on import: import them here, so a caller that only needs the
-    registry, such as the override checks, sees all of them)."""
-    from . import pi05_io, starvla_io, xr0_io  # noqa: F401
-
-    return FAMILIES
+    """Every family of the family table (checkpoints/family_names.py), each registered by importing its module, in
+    the table's order; then any family registered outside the table (a test's own)."""
+    for name, (module, names) in FAMILY_TABLE.items():
+        if name not in REGISTERED:
+            importlib.import_module(module)
+        family = REGISTERED.get(name)
+        if family is None or tuple(family.checkpoint_families) != names:
+            raise RuntimeError(f"policy families: {module} must register family {name!r} with checkpoint_families="
+                               f"{names} (the family table, policies/checkpoints/family_names.py)")
+    return {**{name: REGISTERED[name] for name in FAMILY_TABLE}, **REGISTERED}
 
 
 def checkpoint_family_names() -> tuple[str, ...]:

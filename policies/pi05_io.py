@@ -10,7 +10,8 @@ from oxygen_gym.model.pi05.prefix_inputs import PrefixInputs
 from . import normalize
 from .inputs import build_prefix_inputs
 from .language import task_prompt_ids
-from .model_io import ModelIO, PolicyFamily, register_family
+from .checkpoints.family_names import FAMILY_TABLE
+from .family_api import ModelIO, PolicyFamily, register_family
 from .robots import RobotSpec
 
 
@@ -107,13 +108,7 @@ def _inspect(*args, **kwargs) -> str:
     return inspect_pi05(*args, **kwargs)
 
 
-def _checkpoint_families() -> tuple[str, ...]:
-    from .checkpoints.family import FAMILIES
-
-    return FAMILIES
-
-
 register_family(PolicyFamily(
-    "pi05", PI05Model, PI05IO, _builtin_names(), build_builtin, checkpoint_families=_checkpoint_families(),
+    "pi05", PI05Model, PI05IO, _builtin_names(), build_builtin, checkpoint_families=FAMILY_TABLE["pi05"][1],
     detects=None, load=_load, inspect=_inspect,
 ))

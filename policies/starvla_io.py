@@ -13,9 +13,10 @@ from oxygen_gym.model.xr0.xr0_prefix import XR0PrefixInputs
 
 from . import normalize
 from .inputs import ObservationError
-from .model_io import ModelIO, PolicyFamily, register_family
+from .checkpoints.family_names import FAMILY_TABLE
+from .family_api import ModelIO, PolicyFamily, register_family
 from .robots import RobotSpec
-from .xr0_io import make_processor
+from .qwen_vl_processor import make_processor
 
 
 class StarVLAIO(ModelIO):
@@ -81,5 +82,5 @@ def _detects(root) -> bool:
 
 
 register_family(PolicyFamily("starvla", StarVLAModel, StarVLAIO, ("starvla-tiny", "starvla-small", "starvla-4b"),
-                             build_builtin, checkpoint_families=("starvla",), detects=_detects, load=_load,
+                             build_builtin, checkpoint_families=FAMILY_TABLE["starvla"][1], detects=_detects, load=_load,
                              inspect=_inspect))

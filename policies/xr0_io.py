@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 
 from oxygen_gym.model.pi05.prompt import resize_with_pad
-from oxygen_gym.model.qwen3_vl.qwen_inputs import ImageOnlyQwen3VLProcessor
 from oxygen_gym.model.qwen3_vl.qwen_tokenizer import QwenTokenizer, builtin_qwen_tokenizer
 from oxygen_gym.model.xr0 import xr0_prompt
 from oxygen_gym.model.xr0.xr0_model import XR0Model, build_xr0
@@ -15,33 +14,10 @@ from oxygen_gym.model.xr0.xr0_prefix import XR0PrefixInputs
 
 from . import normalize
 from .inputs import ObservationError
-from .model_io import ModelIO, PolicyFamily, register_family
+from .checkpoints.family_names import FAMILY_TABLE
+from .family_api import ModelIO, PolicyFamily, register_family
+from .qwen_vl_processor import VIEWS, default_views, make_processor  # noqa: F401 - VIEWS re-exported
 from .robots import RobotSpec
-
-# robot camera -> XR0 view (deploy/server.py's view names, as physical-ai-studio records them)
-VIEWS = {
-    "libero": {"base": "base", "wrist": "wrist_left"},
-    "droid": {"exterior": "base", "wrist": "wrist_left"},
-    "aloha": {"high": "base", "left_wrist": "wrist_left", "right_wrist": "wrist_right"},
-}
-
-
-def default_views(robot: RobotSpec) -> dict[str, str]:
-    return dict(VIEWS.get(robot.name, {cam: cam for cam in robot.cameras}))
-
-
-def make_processor(model: XR0Model, tokenizer: QwenTokenizer) -> ImageOnlyQwen3VLProcessor:
-    """Qwen's processor at this model's square input size (min = max pixels: a square camera image keeps its size)."""
-    from transformers import Qwen2VLImageProcessor
-
-    v = model.config.backbone["vision_config"]
-    side = model.config.image_size
-    images = Qwen2VLImageProcessor(
-        patch_size=v["patch_size"], temporal_patch_size=v["temporal_patch_size"], merge_size=v["spatial_merge_size"],
-        min_pixels=side * side, max_pixels=side * side, image_mean=[0.5] * 3, image_std=[0.5] * 3,
-    )
-    return ImageOnlyQwen3VLProcessor(images, tokenizer.hf, chat_template=tokenizer.hf.chat_template)
-
 
 class XR0IO(ModelIO):
     def __init__(
@@ -116,6 +92,7 @@ def _inspect(*args, **kwargs) -> str:
 
 
 register_family(PolicyFamily(
-    "xr0", XR0Model, XR0IO, ("xr0-tiny", "xr0-small", "xr0"), build_builtin, checkpoint_families=("xr0",),
+    "xr0", XR0Model, XR0IO, ("xr0-tiny", "xr0-small", "xr0"), build_builtin,
+    checkpoint_families=FAMILY_TABLE["xr0"][1],
     detects=_detects, load=_load, inspect=_inspect,
 ))

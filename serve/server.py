@@ -55,6 +55,11 @@ CLOSE_INVALID = 1008  # RFC 6455 "policy violation": --max-invalid-messages inva
 SECURITY_HEADERS = ("Host", "Authorization", "Origin")  # sent twice, they are ambiguous: refused with 400
 RETRY_AFTER_S = 5  # what a full server tells a refused robot (HTTP 503 Retry-After)
 ERROR_CHARS = 400  # the longest error reply (a field's name and what was expected; values are clipped shorter)
+# a session's second refused message in a row waits this long before the server reads its next, doubling per refusal
+# up to REFUSED_WAIT_MAX_S: a client that only sends what is refused is served at a trickle (TCP holds the rest), at no
+# CPU, while one mistake from a robot costs it nothing (as nginx's limit_req delays, not answers, an excess request)
+REFUSED_WAIT_S = 0.05
+REFUSED_WAIT_MAX_S = 0.5
 API_KEY_ENV = "OXYGEN_GYM_API_KEY"
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1", "[::1]")
 
@@ -293,6 +298,9 @@ class PolicyServer:
                     log.info("robot session %d: %d invalid messages in a row; closing it", sid, invalid_in_row)
                     await ws.close(CLOSE_INVALID, f"{invalid_in_row} invalid messages in a row (--max-invalid-messages)")
                     break
+                if invalid_in_row >= 2:  # never past the idle deadline: a refused sender is still closed on time
+                    left = float("inf") if idle is None else last_work + idle - time.monotonic()
+                    await asyncio.sleep(max(0.0, min(refused_wait(invalid_in_row), left)))
         except websockets.ConnectionClosed:
             pass
         finally:
@@ -449,6 +457,12 @@ class PolicyServer:
 
 
 _FRAME, _CONTROL, _INVALID, _FAILED = "frame", "control", "invalid", "failed"  # what a reply answered
+
+
+def refused_wait(in_row: int) -> float:
+    """Seconds a session waits before its next message is read, after `in_row` refused messages in a row: none after
+    one, REFUSED_WAIT_S after two, doubling, at most REFUSED_WAIT_MAX_S."""
+    return 0.0 if in_row < 2 else min(REFUSED_WAIT_MAX_S, REFUSED_WAIT_S * 2.0 ** (in_row - 2))
 
 
 class _TokenBucket:

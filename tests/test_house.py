@@ -13,7 +13,6 @@ import tomllib
 from pathlib import Path
 
 import networkx as nx
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,14 +89,20 @@ def _describe(cycle: list[str], graph: nx.DiGraph) -> str:
     return f"  {len(cycle)} modules:\n" + "\n".join(edges)
 
 
-@pytest.mark.xfail(strict=True, reason="policies/ is one cycle of ~20 modules, not yet broken (issue 56): the family "
-                   "registry model_io imports pi05_io/xr0_io/starvla_io, which import it and their checkpoint loaders; "
-                   "checkpoints.overrides imports model_io; xr0_resolve, xr0_report, starvla_report import xr0_io; "
-                   "pi05_load -> report -> builtin_report -> multitask")
 def test_no_import_cycle_among_installed_modules():
     cycles = import_cycles(ROOT)
     graph, _ = import_graph(ROOT)
     assert not cycles, f"{len(cycles)} import cycle(s):\n" + "\n".join(_describe(c, graph) for c in cycles)
+
+
+def test_the_family_table_names_what_each_family_registers():
+    """The `family=` names the override checks accept before any family is imported (checkpoints/family_names.py)
+    are the registered families' own, in the table's order."""
+    from oxygen_gym.policies.checkpoints.family_names import CHECKPOINT_FAMILY_NAMES, FAMILY_TABLE
+    from oxygen_gym.policies.model_io import checkpoint_family_names, registered_families
+
+    assert list(registered_families())[: len(FAMILY_TABLE)] == list(FAMILY_TABLE)
+    assert checkpoint_family_names() == CHECKPOINT_FAMILY_NAMES
 
 
 def test_no_model_file_imports_the_engine():

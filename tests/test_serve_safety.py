@@ -103,6 +103,23 @@ def test_invalid_messages_in_a_row_close_the_connection(server):
     assert ws.close_code == 1008 and "invalid messages" in ws.close_reason
 
 
+def test_refused_messages_in_a_row_are_read_at_a_trickle(server):
+    """From the second refusal in a row the server waits before reading the session's next message (0.05 s, then 0.1,
+    0.2, ...): four refusals and a frame take at least 0.35 s however fast the machine; the schedule resets on a frame."""
+    from oxygen_gym.serve.server import refused_wait
+
+    assert [refused_wait(n) for n in range(1, 7)] == [0.0, 0.05, 0.1, 0.2, 0.4, 0.5]
+    ws = _raw(server)
+    t0 = time.monotonic()
+    for _ in range(MAX_INVALID - 1):
+        assert "bad message" in _ask(ws, {"nonsense": 1})
+    assert isinstance(_ask(ws, _obs()), dict)
+    assert time.monotonic() - t0 >= 0.05 + 0.1 + 0.2
+    assert "bad message" in _ask(ws, {"nonsense": 1})  # counted from one again: the frame reset it
+    assert isinstance(_ask(ws, _obs()), dict)
+    ws.close()
+
+
 def test_stats_controls_are_rate_limited(server):
     ws = _raw(server)
     replies = [_ask(ws, {"__ctrl__": "stats"}) for _ in range(8)]

@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from oxygen_gym.policies.checkpoints import report
+from oxygen_gym.policies import inspect_command as report
 from starvla_layout import write_run
 
 

@@ -24,6 +24,8 @@ import numpy as np
 
 from oxygen_gym.policies.checkpoints.names import checkpoint_arg
 
+from .serve_load import batch_delta, load_average, server_args
+
 MODES = ("on", "off")
 
 
@@ -75,17 +77,6 @@ def _attacks(text: str) -> tuple[str, ...]:
     return parse_attacks(text)
 
 
-def _server_args(args: argparse.Namespace, batching: str) -> list[str]:
-    out = ["--checkpoint", args.model, "--robot", args.robot, "--max-robots", str(max(args.robots)),
-           "--batching", batching, "--window-ms", str(args.window_ms), "--decode-budget", str(args.decode_budget),
-           "--max-new-tokens", str(args.max_new_tokens), "--device", args.device]
-    return out + (["--no-language"] if args.no_language else [])
-
-
-def _load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
 async def _measure(args: argparse.Namespace, servers: dict, deadline: float) -> list[dict]:
     from .serve_load import Robot, RobotLog, openpi_observation, run_round
     from oxygen_gym.serve import wire
@@ -118,25 +109,12 @@ async def _measure(args: argparse.Namespace, servers: dict, deadline: float) -> 
             server = (await fleets[m][0].server_stats())["server"]
             for r in fleets[m]:
                 await r.close()
-            points.append(_point(m, n, logs[m], walls[m], _delta(before[m], server["totals"]), partial))
+            points.append(_point(m, n, logs[m], walls[m], batch_delta(before[m], server["totals"]), partial))
             print(_row(points[-1]), flush=True)
         if partial:
             print(f"oxygen-gym bench serve: --max-seconds reached; stopping after {n} robots", file=sys.stderr)
             break
     return points
-
-
-def _delta(a: dict, b: dict) -> dict:
-    """The server's batches between two stats reads: robots per batch, mean batch time and its stages."""
-    n = b["batches"] - a["batches"]
-    if n <= 0:
-        return {}
-    return {
-        "batches": n,
-        "robots_per_batch": (b["robot_frames"] - a["robot_frames"]) / n,
-        "batch_ms": (b["frame_ms"] - a["frame_ms"]) / n,
-        "stage_ms": {s: (b["stage_ms"].get(s, 0.0) - a["stage_ms"].get(s, 0.0)) / n for s in b["stage_ms"]},
-    }
 
 
 def _point(mode: str, robots: int, logs, wall_s: float, server: dict, partial: bool) -> dict:
@@ -231,13 +209,13 @@ def run(args: argparse.Namespace) -> int:
         "model": args.model, "robot": args.robot, "robots": list(args.robots), "calls": args.calls, "rounds": args.rounds,
         "decode_budget": args.decode_budget, "max_new_tokens": args.max_new_tokens, "no_language": args.no_language,
         "window_ms": args.window_ms, "threads": args.threads, "device": args.device,
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores", "load_before": _load(),
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores", "load_before": load_average(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     servers = {}
     try:
         for m in MODES:
-            servers[m] = start_server(m, _server_args(args, m), threads=args.threads, max_seconds=args.max_seconds + 600,
+            servers[m] = start_server(m, server_args(args, m), threads=args.threads, max_seconds=args.max_seconds + 600,
                                       log_file=args.out / f"server-{m}.log")
         print(HEAD, flush=True)
         try:
@@ -248,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for s in servers.values():
             s.stop()
-    config["load_after"] = _load()
+    config["load_after"] = load_average()
     config["wall_s"] = time.monotonic() - started
     results = {"config": config, "points": points, "ratios": _ratios(points)}
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")

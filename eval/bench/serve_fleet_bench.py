@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from .serve_bench_command import _delta, _load, _server_args
+from .serve_load import batch_delta, load_average, server_args
 
 
 def _serve_namespace(args: argparse.Namespace) -> argparse.Namespace:
@@ -34,7 +34,7 @@ def _serve_namespace(args: argparse.Namespace) -> argparse.Namespace:
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    return parser.parse_args(_server_args(args, "on"))
+    return parser.parse_args(server_args(args, "on"))
 
 
 def _free_port() -> int:
@@ -74,7 +74,7 @@ async def _measure(args, uris: dict[str, str], n: int) -> dict[str, dict]:
             await r.close()
         p50 = [float(np.percentile(lg.latencies_ms, 50)) for lg in logs[k]]
         p99 = [float(np.percentile(lg.latencies_ms, 99)) for lg in logs[k]]
-        server = _delta(before[k], after["totals"])
+        server = batch_delta(before[k], after["totals"])
         out[k] = {"robots": n, "calls_per_robot": args.calls, "latency_ms_p50_per_robot": p50,
                   "latency_ms_p99_per_robot": p99, "latency_ms_p50": float(np.median(p50)),
                   "latency_ms_p99_worst_robot": float(max(p99)),
@@ -101,10 +101,10 @@ def run(args: argparse.Namespace) -> int:
         "command": "oxygen-gym bench serve " + " ".join(shlex.quote(a) for a in sys.argv[3:]),
         "model": args.model, "robot": args.robot, "robots": list(args.robots), "replicas": list(args.replicas),
         "calls": args.calls, "rounds": args.rounds, "window_ms": args.window_ms, "threads": args.threads,
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores", "load_before": _load(),
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores", "load_before": load_average(),
     }
     ns = _serve_namespace(args)
-    single = start_server("single", _server_args(args, "on"), threads=args.threads, max_seconds=args.max_seconds + 600,
+    single = start_server("single", server_args(args, "on"), threads=args.threads, max_seconds=args.max_seconds + 600,
                           log_file=args.out / "server-single.log")
     points = []
     try:
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
 
             serve.shutdown()
             ray.shutdown()
-    config["load_after"] = _load()
+    config["load_after"] = load_average()
     config["wall_s"] = time.monotonic() - started
     results = {"config": config, "points": points}
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")

@@ -6,6 +6,7 @@ Everything is bounded: a server exits by itself after `max_seconds`, every recei
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import re
@@ -171,3 +172,29 @@ async def run_round(robots: list[Robot], calls: int, logs: list[RobotLog] | None
     t0 = time.perf_counter()
     await asyncio.gather(*(r.run(calls, logs[i] if logs else None) for i, r in enumerate(robots)))
     return time.perf_counter() - t0
+
+
+def server_args(args: argparse.Namespace, batching: str) -> list[str]:
+    """`oxygen-gym serve` flags for a bench's server from its parsed `bench serve` arguments."""
+    out = ["--checkpoint", args.model, "--robot", args.robot, "--max-robots", str(max(args.robots)),
+           "--batching", batching, "--window-ms", str(args.window_ms), "--decode-budget", str(args.decode_budget),
+           "--max-new-tokens", str(args.max_new_tokens), "--device", args.device]
+    return out + (["--no-language"] if args.no_language else [])
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages, recorded before and after a bench (the machine's noise)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def batch_delta(a: dict, b: dict) -> dict:
+    """The server's batches between two stats reads: robots per batch, mean batch time and its stages."""
+    n = b["batches"] - a["batches"]
+    if n <= 0:
+        return {}
+    return {
+        "batches": n,
+        "robots_per_batch": (b["robot_frames"] - a["robot_frames"]) / n,
+        "batch_ms": (b["frame_ms"] - a["frame_ms"]) / n,
+        "stage_ms": {s: (b["stage_ms"].get(s, 0.0) - a["stage_ms"].get(s, 0.0)) / n for s in b["stage_ms"]},
+    }

@@ -1,8 +1,8 @@
-"""LIBERO as a plug-in of the generic evaluation loop (eval/sims.py): its suites, tasks, official init states and
+"""LIBERO as a plug-in of the generic evaluation loop (eval/sim_plugin.py, registered in eval/sims.py): its suites, tasks, official init states and
 fresh scenes (episode_set.py), its two reference protocols (envs/protocols.py) and how an episode's env is built."""
 from __future__ import annotations
 
-from ..sims import SimPlugin
+from ..sim_plugin import SimPlugin
 from .episode_set import build_episode_set
 
 

@@ -16,12 +16,8 @@ from pathlib import Path
 from oxygen_gym.model.pi05.loading import CONFIG_FILE, OUR_KEY, WEIGHTS_FILE, CheckpointNotFoundError, read_config_json
 from oxygen_gym.model.pi05.weights import CheckpointError
 
-OURS = "ours"
-LEROBOT_04 = "lerobot<=0.4.4"
-LEROBOT_05 = "lerobot>=0.5"
-OPENPI = "openpi"
-OPENPI_TRAINING = "openpi-training"
-FAMILIES = (OURS, LEROBOT_04, LEROBOT_05, OPENPI, OPENPI_TRAINING)
+from .family_names import LEROBOT_04, LEROBOT_05, OPENPI, OPENPI_TRAINING, OURS
+from .family_names import PI05_LAYOUTS as FAMILIES
 LEROBOT = (LEROBOT_04, LEROBOT_05)
 
 

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from .family_names import CHECKPOINT_FAMILY_NAMES
+
 
 IMAGE_RESIZES = ("pil", "torch")  # PIL bilinear on uint8 (openpi's client) | torch bilinear, no antialias (lerobot)
 
@@ -136,10 +138,8 @@ def _check(o: ConventionOverrides) -> None:
     if h is not None and (isinstance(h, bool) or not isinstance(h, int) or h < 1):
         raise OverrideError("action_horizon", f"action_horizon must be a positive int or None, got {h!r}")
     if o.family is not None:
-        from ..model_io import checkpoint_family_names  # every registered family's names (pi0.5's and xr0)
-
-        if o.family not in checkpoint_family_names():
-            raise OverrideError("family", f"family must be one of {checkpoint_family_names()}, got {o.family!r}")
+        if o.family not in CHECKPOINT_FAMILY_NAMES:
+            raise OverrideError("family", f"family must be one of {CHECKPOINT_FAMILY_NAMES}, got {o.family!r}")
     if o.image_resize is not None and o.image_resize not in IMAGE_RESIZES:
         raise OverrideError("image_resize", f"image_resize must be one of {IMAGE_RESIZES}, got {o.image_resize!r}")
     for name in ("asset_id", "revision"):

@@ -8,7 +8,7 @@ headers before any weight is read.
 | active action dims (`model.dim_mask`) | those statistics' std > 1e-5 | - |
 | state | raw, zero-padded to `state_dim` (or `state_config[robot_type]` if present) | - |
 | actions returned | the robot's horizon (not recorded) | `action_horizon=` |
-| cameras -> views | xr0_io.VIEWS (deploy/server.py's names) | `camera_map=` (robot camera -> XR0 view) |
+| cameras -> views | qwen_vl_processor.VIEWS (deploy/server.py's names) | `camera_map=` (robot camera -> XR0 view) |
 | tokenizer | the folder's tokenizer files | `tokenizer=` |
 
 `asset_id=` selects the robot_type: physical-ai-studio (`policies/xr0/pretrained_utils.py`
@@ -119,7 +119,7 @@ def _keys(file: Path) -> list[str]:
 
 def resolve_xr0(root: Path, robot: RobotSpec, overrides: ConventionOverrides | None = None) -> XR0Conventions:
     """Resolve an XR0 folder's conventions (module docstring); raises naming the file and the override that fixes it."""
-    from ..xr0_io import default_views, VIEWS
+    from ..qwen_vl_processor import VIEWS, default_views
 
     root, o, warnings = Path(root), overrides or ConventionOverrides(), []
     config = _xr0_config(root)
