@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from oxygen_gym.model.pi05.prompt import resize_with_pad
+from oxygen_gym.model.image_resize import resize_with_pad
 from oxygen_gym.model.qwen3_vl.qwen_tokenizer import QwenTokenizer, builtin_qwen_tokenizer
 from oxygen_gym.model.starvla import starvla_prompt
 from oxygen_gym.model.starvla.starvla_model import StarVLAModel, build_starvla
-from oxygen_gym.model.xr0.xr0_prefix import XR0PrefixInputs
+from oxygen_gym.model.qwen3_vl.prefix_inputs import QwenPrefixInputs
 
 from . import normalize
 from .inputs import ObservationError
@@ -32,7 +32,7 @@ class StarVLAIO(ModelIO):
         self.processor = make_processor(model, tokenizer)
         self.image_token_id = int(model.config.backbone["image_token_id"])
 
-    def prefix_inputs(self, images: dict[str, np.ndarray], state: np.ndarray, prompt: str) -> XR0PrefixInputs:
+    def prefix_inputs(self, images: dict[str, np.ndarray], state: np.ndarray, prompt: str) -> QwenPrefixInputs:
         c = self.model.config
         cams = [cam for cam in self.camera_slots if cam in images]
         frames = [resize_with_pad(images[cam], c.image_size, c.image_size) for cam in cams]
@@ -48,7 +48,7 @@ class StarVLAIO(ModelIO):
         if text_tokens > c.max_prompt_tokens:
             raise ObservationError(f"obs['prompt']: the prompt takes {text_tokens} text tokens with its template and "
                                    f"state bins; the model's slots hold {c.max_prompt_tokens}")
-        return XR0PrefixInputs.from_processor(out, robot_state, c.state_dim, self.model.device, self.model.dtype)
+        return QwenPrefixInputs.from_processor(out, robot_state, c.state_dim, self.model.device, self.model.dtype)
 
     def task_prompt_ids(self, prompt: str) -> list[int]:
         return self.tokenizer.encode(starvla_prompt.language_turn(prompt))

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from oxygen_gym.model.pi05.prompt import resize_with_pad
+from oxygen_gym.model.image_resize import resize_with_pad
 from oxygen_gym.model.qwen3_vl.qwen_tokenizer import QwenTokenizer, builtin_qwen_tokenizer
 from oxygen_gym.model.xr0 import xr0_prompt
 from oxygen_gym.model.xr0.xr0_model import XR0Model, build_xr0
-from oxygen_gym.model.xr0.xr0_prefix import XR0PrefixInputs
+from oxygen_gym.model.qwen3_vl.prefix_inputs import QwenPrefixInputs
 
 from . import normalize
 from .inputs import ObservationError
@@ -40,7 +40,7 @@ class XR0IO(ModelIO):
         self.processor = make_processor(model, tokenizer)
         self.image_token_id = int(model.config.backbone["image_token_id"])
 
-    def prefix_inputs(self, images: dict[str, np.ndarray], state: np.ndarray, prompt: str) -> XR0PrefixInputs:
+    def prefix_inputs(self, images: dict[str, np.ndarray], state: np.ndarray, prompt: str) -> QwenPrefixInputs:
         c = self.model.config
         cams = [cam for cam in self.views if cam in images]
         side = c.image_size
@@ -58,7 +58,7 @@ class XR0IO(ModelIO):
         robot_state = self.state_norm.normalize(self.robot.state_to_model(state.astype(np.float32)))
         if robot_state.shape[0] > c.state_dim:
             raise ObservationError(f"obs['state']: {robot_state.shape[0]} dims, the model's DiT takes {c.state_dim}")
-        return XR0PrefixInputs.from_processor(out, robot_state, c.state_dim, self.model.device, self.model.dtype)
+        return QwenPrefixInputs.from_processor(out, robot_state, c.state_dim, self.model.device, self.model.dtype)
 
     def task_prompt_ids(self, prompt: str) -> list[int]:
         return self.tokenizer.encode(xr0_prompt.language_turn(prompt))

@@ -105,6 +105,28 @@ def test_the_family_table_names_what_each_family_registers():
     assert checkpoint_family_names() == CHECKPOINT_FAMILY_NAMES
 
 
+FAMILY_NAMES = ("pi05", "xr0", "starvla")  # the model families (qwen3_vl is the backbone two of them share, not one)
+
+
+def family_of(module: str) -> str | None:
+    """The family a module belongs to: a package named after it (oxygen_gym.model.xr0.*) or a file prefixed with it
+    (policies/xr0_io.py, policies/checkpoints/starvla_resolve.py)."""
+    parts = module.split(".")
+    return next((f for f in FAMILY_NAMES if f in parts or any(p.startswith(f + "_") for p in parts)), None)
+
+
+def sibling_imports(root: Path) -> list[str]:
+    graph, _ = import_graph(root)
+    return sorted(f"{a} -> {b}" for a, b in graph.edges() if family_of(a) and family_of(b) and family_of(a) != family_of(b))
+
+
+def test_no_family_imports_a_sibling():
+    """What two families share (the Qwen3-VL prefix bundle and processor, image resizing, safetensors folders, key
+    errors, tokenizer files) lives below them; a family importing another would make the two one unit to change."""
+    siblings = sibling_imports(ROOT)
+    assert not siblings, "families importing each other (move what they share below them):\n  " + "\n  ".join(siblings)
+
+
 def test_no_model_file_imports_the_engine():
     """Families implement oxygen_gym/core's contract; the engine drives them through it. A model file importing the
     engine puts the model above it."""
@@ -141,3 +163,22 @@ def test_the_rules_on_a_small_tree(tmp_path):
         "oxygen_gym/model/heads.py": ["oxygen_gym.engine.runner"]}
     _write(tmp_path, {"policies/b.py": "", "oxygen_gym/model/heads.py": "from ..core import x\n"})
     assert import_cycles(tmp_path) == [] and model_files_importing_the_engine(tmp_path) == {}
+
+
+def test_the_sibling_rule_on_a_small_tree(tmp_path):
+    """The sibling check itself: a family module importing another family's (lazily too) is named; both importing a
+    shared module is not."""
+    _write(tmp_path, {
+        "pyproject.toml": '[tool.setuptools]\npackage-dir = { "oxygen_gym" = "oxygen_gym", '
+                          '"oxygen_gym.policies" = "policies" }\n',
+        "oxygen_gym/__init__.py": "",
+        "oxygen_gym/model/__init__.py": "",
+        "oxygen_gym/model/shared.py": "",
+        "oxygen_gym/model/xr0/__init__.py": "",
+        "oxygen_gym/model/xr0/xr0_model.py": "from ..shared import x\n",
+        "oxygen_gym/model/starvla/__init__.py": "",
+        "oxygen_gym/model/starvla/starvla_model.py": "from ..shared import x\n",
+        "policies/__init__.py": "",
+        "policies/starvla_io.py": "def f():\n    from oxygen_gym.model.xr0.xr0_model import X\n",
+    })
+    assert sibling_imports(tmp_path) == ["oxygen_gym.policies.starvla_io -> oxygen_gym.model.xr0.xr0_model"]

@@ -32,6 +32,17 @@ def test_from_pretrained_of_save_pretrained(tmp_path, name, shard):
     assert loaded.generate(row, pv, thw, max_new_tokens=5) == ours.generate(row, pv, thw, max_new_tokens=5)
 
 
+@pytest.mark.parametrize("shard", [None, "40KB"])
+def test_other_safetensors_files_in_the_folder_are_not_the_model(tmp_path, shard):
+    """The model's weights are model.safetensors or what its index names, as transformers reads them: an adapter or
+    saved inputs beside them are neither read into the model nor a reason to refuse the folder."""
+    ref, ours = make_pair("gqa2_tied_ds1")
+    ref.save_pretrained(tmp_path, safe_serialization=True, **({"max_shard_size": shard} if shard else {}))
+    save_file({"base_model.model.lm_head.lora_A.weight": torch.zeros(2, 8)}, str(tmp_path / "adapter_model.safetensors"))
+    save_file({"model.language_model.norm.weight": torch.full((64,), 7.0)}, str(tmp_path / "inputs.safetensors"))
+    assert same_weights(Qwen3VLBackbone.from_pretrained(tmp_path), ours)
+
+
 def test_dtype_and_tied_head_after_cast(tmp_path):
     ref, _ = make_pair("gqa2_tied_ds1")
     ref.save_pretrained(tmp_path)

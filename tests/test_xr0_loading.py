@@ -125,7 +125,7 @@ def test_missing_tokenizer(folder):
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "added_tokens.json",
                  "special_tokens_map.json", "chat_template.jinja"):
         (folder / name).unlink()
-    with pytest.raises(ValueError, match=r"^tokenizer: XR0 checkpoint .* ships no tokenizer files.*pass tokenizer="):
+    with pytest.raises(ValueError, match=r"^tokenizer: checkpoint .* ships no tokenizer files.*pass tokenizer="):
         MultiTaskPolicy.from_pretrained(folder, robot="libero", asset_id="libero")
     policy = _quiet(name_or_path=folder, robot="libero", asset_id="libero", num_slots=1,
                     tokenizer=QwenTokenizer(builtin_qwen_tokenizer()))

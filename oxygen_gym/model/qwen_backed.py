@@ -13,7 +13,7 @@ import torch
 from ..core.kv_view import KVCache
 from ..core.model_contract import EngineModel, KVLayout
 from .lora_bank import adapter_routing
-from .xr0.xr0_prefix import XR0PrefixInputs
+from .qwen3_vl.prefix_inputs import QwenPrefixInputs
 
 
 class QwenBackedModel(EngineModel):
@@ -39,11 +39,11 @@ class QwenBackedModel(EngineModel):
     def max_prefix_length(self) -> int:
         return self.config.max_prefix_length()
 
-    def prefix_length(self, inputs: XR0PrefixInputs) -> int:
+    def prefix_length(self, inputs: QwenPrefixInputs) -> int:
         return int(inputs.lengths[0])
 
-    def batch_prefix_inputs(self, inputs: Sequence[XR0PrefixInputs]) -> XR0PrefixInputs:
-        return XR0PrefixInputs.cat(inputs)
+    def batch_prefix_inputs(self, inputs: Sequence[QwenPrefixInputs]) -> QwenPrefixInputs:
+        return QwenPrefixInputs.cat(inputs)
 
     def extend(self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, positions: torch.Tensor | None = None,
                read_len: int | None = None, *, adapters: torch.Tensor | None = None) -> torch.Tensor:

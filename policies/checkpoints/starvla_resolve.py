@@ -33,7 +33,7 @@ from .. import normalize
 from ..robots import RobotSpec
 from .overrides import ConventionOverrides
 from .starvla_norm import StarVLAActionNormalizer
-from .xr0_tokenizer import TOKENIZER_FILES, find_qwen_tokenizer, has_tokenizer_files
+from .qwen_tokenizer_files import TOKENIZER_FILES, find_qwen_tokenizer, has_tokenizer_files
 
 FAMILY = "starvla"
 OFT_QUERY = "🔍"  # QwenOFT.py `action_token`

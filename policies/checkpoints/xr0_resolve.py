@@ -36,7 +36,7 @@ from ..robots import RobotSpec
 from .family import UnsupportedCheckpointError
 from .overrides import ConventionOverrides
 from .xr0_norm import XR0ActionNormalizer
-from .xr0_tokenizer import find_qwen_tokenizer
+from .qwen_tokenizer_files import find_qwen_tokenizer
 from .xr0_weights import TensorHeader, check_published_keys, read_headers
 
 FAMILY = "xr0"

@@ -7,7 +7,6 @@ checkpoint never loads half-random. Keys outside the prefix belong to the family
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -15,24 +14,17 @@ from safetensors import safe_open
 from torch import nn
 from transformers import Qwen3VLConfig
 
-INDEX_FILE = "model.safetensors.index.json"
+from ..safetensors_folder import INDEX as INDEX_FILE
+from ..safetensors_folder import key_files, weight_files
+
 HEAD_KEY = "lm_head.weight"
 
 
 def checkpoint_keys(folder: Path) -> tuple[Path, dict[str, Path]]:
-    """(the file that names the keys: the index or the single file, {key: safetensors file holding it})."""
-    index = folder / INDEX_FILE
-    if index.exists():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        return index, {k: folder / f for k, f in weight_map.items()}
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise ValueError(f"no *.safetensors (nor {INDEX_FILE}) in {folder}")
-    where: dict[str, Path] = {}
-    for f in files:
-        with safe_open(str(f), framework="pt") as h:
-            where.update({k: f for k in h.keys()})
-    return (files[0] if len(files) == 1 else folder), where
+    """(the file that names the keys: the index or the single file, {key: safetensors file holding it}), found as
+    transformers finds them (model/safetensors_folder.py): other safetensors files in the folder are not read."""
+    shards, weight_map = weight_files(folder)
+    return (folder / INDEX_FILE if weight_map else folder / shards[0]), key_files(folder)
 
 
 def read_prefixed(folder: Path, prefix: str) -> tuple[Path, dict[str, Path], dict[str, torch.Tensor]]:

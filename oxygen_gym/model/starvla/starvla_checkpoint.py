@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ..xr0.xr0_checkpoint import CheckpointKeyError
+from ..safetensors_folder import CheckpointKeyError
 from .starvla_config import HEAD_NAMES, GR00TDims, OFTDims, PIDims, StarVLAConfig
 
 CONFIG = "config.yaml"

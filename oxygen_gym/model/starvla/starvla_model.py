@@ -33,14 +33,14 @@ from ...core.model_contract import ActionHead, PrefixState
 from ..flow_sampler import denoise_scope
 from ..qwen3_vl import Qwen3VLBackbone
 from ..qwen_backed import QwenBackedModel
-from ..xr0.xr0_prefix import XR0PrefixInputs
+from ..qwen3_vl.prefix_inputs import QwenPrefixInputs
 from .groot_head import GR00THead
 from .oft_head import OFTHead
 from .pi_head import PIHead
 from .starvla_config import StarVLAConfig
 
 HEAD_CLASSES = {"pi": PIHead, "groot": GR00THead, "oft": OFTHead}
-StarVLAPrefixInputs = XR0PrefixInputs  # the Qwen processor's ids, pixels, grids, and the robot state
+StarVLAPrefixInputs = QwenPrefixInputs  # the Qwen processor's ids, pixels, grids, and the robot state
 
 
 class StarVLAModel(nn.Module, QwenBackedModel):
@@ -71,7 +71,7 @@ class StarVLAModel(nn.Module, QwenBackedModel):
         return {name: per_head[name] for name in self.heads}
 
     # ---------------------------------------------------------------- stages
-    def prefill_frame(self, cache: KVCache, inputs: XR0PrefixInputs) -> PrefixState:
+    def prefill_frame(self, cache: KVCache, inputs: QwenPrefixInputs) -> PrefixState:
         """The backbone over the prefix (KV into `cache` rows [0, B)) and, from the same pass, the hidden states the
         heads read: every layer's output for pi, the last one (before the final norm) for groot."""
         pi, groot = "pi" in self.heads, "groot" in self.heads

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import torch
 
+from ..safetensors_folder import INDEX, SINGLE, CheckpointKeyError, load_tensors  # noqa: F401 - re-exported
 from .xr0_config import DiTDims, XR0Config
 
-INDEX = "model.safetensors.index.json"
-SINGLE = "model.safetensors"
 BACKBONE_PREFIX = "vlm."
 EXPERT_MODULES = ("dit", "t_embedder", "t_projector", "state_projector", "action_projector", "action_output_layer",
                   "sink")
@@ -29,11 +28,6 @@ TIED_HEAD = "lm_head.weight"
 EMBED = "model.language_model.embed_tokens.weight"
 
 
-class CheckpointKeyError(KeyError):
-    """A checkpoint whose keys do not match the model: the message names the keys and the file."""
-
-    def __str__(self) -> str:  # KeyError would repr() the message
-        return str(self.args[0])
 
 
 @dataclass
@@ -80,28 +74,7 @@ def config_from_json(d: dict, **overrides) -> XR0Config:
 # ---------------------------------------------------------------- reading
 def read_state(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """Every tensor of a checkpoint folder (sharded with an index, or one model.safetensors), and key -> file."""
-    from safetensors.torch import load_file
-
-    path = Path(path)
-    index = path / INDEX
-    if index.is_file():
-        weight_map: dict[str, str] = json.loads(index.read_text())["weight_map"]
-        state: dict[str, torch.Tensor] = {}
-        where: dict[str, str] = {}
-        for shard in sorted(set(weight_map.values())):
-            for k, v in load_file(str(path / shard)).items():
-                state[k] = v
-                where[k] = str(path / shard)
-        listed, found = set(weight_map), set(state)
-        if listed != found:
-            bad = sorted(listed ^ found)[:5]
-            raise CheckpointKeyError(f"{index}: index and shards disagree on {bad}")
-        return state, where
-    single = path / SINGLE
-    if single.is_file():
-        state = load_file(str(single))
-        return state, dict.fromkeys(state, str(single))
-    raise FileNotFoundError(f"no {INDEX} or {SINGLE} in {path}")
+    return load_tensors(Path(path))
 
 
 def split_state(

@@ -19,7 +19,7 @@ from ..qwen3_vl import Qwen3VLBackbone
 from ..qwen_backed import QwenBackedModel
 from .action_expert import XR0ActionExpert
 from .xr0_config import XR0Config
-from .xr0_prefix import XR0PrefixInputs
+from ..qwen3_vl.prefix_inputs import QwenPrefixInputs
 
 ACTION_HEAD = "actions"  # XR0 has one DiT expert
 
@@ -44,7 +44,7 @@ class XR0Model(nn.Module, QwenBackedModel):
         self.expert.clear_caches()
 
     # ---------------------------------------------------------------- stages
-    def prefill_frame(self, cache: KVCache, inputs: XR0PrefixInputs) -> PrefixState:
+    def prefill_frame(self, cache: KVCache, inputs: QwenPrefixInputs) -> PrefixState:
         pre = self.vlm.prefill(cache, inputs.input_ids, inputs.pixel_values, inputs.image_grid_thw, inputs.lengths)
         return PrefixState(pre.lengths, pre.next_positions, {"state": inputs.state})
 

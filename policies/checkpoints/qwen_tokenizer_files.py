@@ -1,4 +1,4 @@
-"""The Qwen tokenizer of an XR0 checkpoint: `tokenizer=` when given (a folder or a tokenizer object), else the one the
+"""The Qwen tokenizer of a checkpoint on a Qwen3-VL backbone (XR0, StarVLA): `tokenizer=` when given (a folder or a tokenizer object), else the one the
 checkpoint folder ships (tokenizer.json / tokenizer_config.json, read by transformers' AutoTokenizer), else an error.
 
 physical-ai-studio's port loads its processor from the base model `Qwen/Qwen3-VL-4B-Instruct` at a pinned revision
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from oxygen_gym.model.qwen3_vl.qwen_tokenizer import QwenTokenizer
-from oxygen_gym.model.xr0.xr0_config import XR0Config
+from oxygen_gym.model.qwen3_vl.backbone_config import BackboneViews
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
 BASE_TOKENIZER = "Qwen/Qwen3-VL-4B-Instruct"  # physical-ai-studio `policies/xr0/policy.py` vlm_model_id
@@ -31,7 +31,7 @@ def _from_folder(folder: Path, what: str):
                          f"({type(err).__name__}: {err}); pass tokenizer= a Qwen tokenizer folder") from err
 
 
-def find_qwen_tokenizer(root: Path, override: Any, config: XR0Config) -> tuple[QwenTokenizer, str]:
+def find_qwen_tokenizer(root: Path, override: Any, config: BackboneViews) -> tuple[QwenTokenizer, str]:
     """(tokenizer, where from); checked against the config's image-pad id and vocabulary."""
     if isinstance(override, QwenTokenizer):
         tok, source = override, "tokenizer= object"
@@ -44,13 +44,13 @@ def find_qwen_tokenizer(root: Path, override: Any, config: XR0Config) -> tuple[Q
                              f"(one of {list(TOKENIZER_FILES)})")
         tok, source = QwenTokenizer(_from_folder(folder, "the folder")), f"tokenizer= {folder}"
     elif override is not None:
-        raise ValueError(f"tokenizer: expected a Qwen tokenizer folder or object for an XR0 checkpoint, got "
+        raise ValueError(f"tokenizer: expected a Qwen tokenizer folder or object for a Qwen3-VL checkpoint, got "
                          f"{type(override).__name__}")
     elif has_tokenizer_files(root):
         tok, source = QwenTokenizer(_from_folder(root, "the checkpoint's tokenizer files in")), f"{root} (its own)"
     else:
         raise ValueError(
-            f"tokenizer: XR0 checkpoint {root} ships no tokenizer files ({', '.join(TOKENIZER_FILES)}); pass "
+            f"tokenizer: checkpoint {root} ships no tokenizer files ({', '.join(TOKENIZER_FILES)}); pass "
             f"tokenizer= the folder of its base model's tokenizer ({BASE_TOKENIZER}, downloaded elsewhere) or a "
             f"QwenTokenizer"
         )
@@ -58,7 +58,7 @@ def find_qwen_tokenizer(root: Path, override: Any, config: XR0Config) -> tuple[Q
     return tok, source
 
 
-def _check(tok: QwenTokenizer, source: str, config: XR0Config) -> None:
+def _check(tok: QwenTokenizer, source: str, config: BackboneViews) -> None:
     vocab = int(config.text_config["vocab_size"])
     if tok.vocab_size > vocab:
         raise ValueError(f"tokenizer ({source}) has {tok.vocab_size} tokens, the checkpoint's embedding {vocab}: "
@@ -69,5 +69,5 @@ def _check(tok: QwenTokenizer, source: str, config: XR0Config) -> None:
                          f"{tok.hf.convert_ids_to_tokens(image_id)!r}, not '<|image_pad|>': not this checkpoint's "
                          f"tokenizer")
     if not getattr(tok.hf, "chat_template", None):
-        raise ValueError(f"tokenizer ({source}) has no chat template: XR0's prompt is a Qwen3-VL chat "
+        raise ValueError(f"tokenizer ({source}) has no chat template: the prompt is a Qwen3-VL chat "
                          f"(pass a tokenizer whose tokenizer_config.json or chat_template.jinja has one)")
