@@ -13,13 +13,14 @@ from .family_api import REGISTERED, ModelIO, PolicyFamily, register_family  # no
 def registered_families() -> dict[str, PolicyFamily]:
     """Every family of the family table (checkpoints/family_names.py), each registered by importing its module, in
     the table's order; then any family registered outside the table (a test's own)."""
-    for name, (module, names) in FAMILY_TABLE.items():
+    for name, line in FAMILY_TABLE.items():
         if name not in REGISTERED:
-            importlib.import_module(module)
+            importlib.import_module(line.module)
         family = REGISTERED.get(name)
-        if family is None or tuple(family.checkpoint_families) != names:
-            raise RuntimeError(f"policy families: {module} must register family {name!r} with checkpoint_families="
-                               f"{names} (the family table, policies/checkpoints/family_names.py)")
+        if family is None or (tuple(family.checkpoint_families), tuple(family.builtins)) != line[1:]:
+            raise RuntimeError(f"policy families: {line.module} must register family {name!r} with "
+                               f"checkpoint_families={line.checkpoint_families} and builtins={line.builtins} (the "
+                               "family table, policies/checkpoints/family_names.py)")
     return {**{name: REGISTERED[name] for name in FAMILY_TABLE}, **REGISTERED}
 
 

@@ -23,7 +23,7 @@ from oxygen_gym.engine.stats import DEFAULT_WINDOW, FrameLog
 from oxygen_gym.engine.timing import peak_memory_bytes, peak_rss_bytes
 from oxygen_gym.engine.model_api import EngineModel
 
-from . import normalize, pi05_io, starvla_io, task_adapters, xr0_io  # noqa: F401 - the *_io modules register their family (model_io.py)
+from . import normalize, task_adapters  # noqa: F401 - the families register when model_io's lookups first run
 from .inputs import check_observation
 from .language import LanguageTask, LanguageUpdate, TextStream
 from .action_noise import NoiseScale, check_noise_scale, noise_multiplier

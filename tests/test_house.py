@@ -110,7 +110,7 @@ FAMILY_NAMES = ("pi05", "xr0", "starvla")  # the model families (qwen3_vl is the
 
 def family_of(module: str) -> str | None:
     """The family a module belongs to: a package named after it (oxygen_gym.model.xr0.*) or a file prefixed with it
-    (policies/xr0_io.py, policies/checkpoints/starvla_resolve.py)."""
+    (policies/families/xr0/xr0_io.py, policies/families/starvla/starvla_resolve.py)."""
     parts = module.split(".")
     return next((f for f in FAMILY_NAMES if f in parts or any(p.startswith(f + "_") for p in parts)), None)
 

@@ -129,7 +129,7 @@ def test_random_pi05_builtin_falls_back_to_the_builtin_tokenizer_only_when_none_
     tokenizer; one that is installed, or one asked for, still wins."""
     from huggingface_hub import constants
 
-    from policies.pi05_io import _builtin_tokenizer
+    from oxygen_gym.policies.families.pi05.pi05_io import _builtin_tokenizer
 
     monkeypatch.delenv("OXYGEN_GYM_TOKENIZER", raising=False)
     monkeypatch.setenv("OPENPI_DATA_HOME", str(tmp_path / "openpi"))

@@ -12,7 +12,7 @@ import torch
 from oxygen_gym import MultiTaskPolicy
 from oxygen_gym.model.starvla.starvla_checkpoint import CHECKPOINTS, STATS, read_state
 from oxygen_gym.model.xr0.xr0_checkpoint import CheckpointKeyError
-from oxygen_gym.policies.checkpoints.starvla_norm import StarVLAActionNormalizer
+from oxygen_gym.policies.families.starvla.starvla_norm import StarVLAActionNormalizer
 from oxygen_gym.policies.model_io import checkpoint_family
 from policy_obs import make_obs
 from starvla_layout import HUB_ID, statistics, write_run, hf_cache

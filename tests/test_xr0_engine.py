@@ -28,7 +28,7 @@ from oxygen_gym.model.xr0.xr0_model import XR0Model, build_xr0
 from oxygen_gym.model.xr0.xr0_prefix import XR0PrefixInputs
 from oxygen_gym.policies import normalize
 from oxygen_gym.policies.robots import get_robot
-from oxygen_gym.policies.xr0_io import XR0IO
+from oxygen_gym.policies.families.xr0.xr0_io import XR0IO
 
 # Tolerances (CPU, fp32, one thread; torch 2.13, transformers 4.57.6): ~5x the max abs error measured.
 KV_TOL = 2e-5  # our slot K/V vs transformers' past_key_values: measured 3.7e-6

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from oxygen_gym.policies import inspect_command as report
-from oxygen_gym.policies.checkpoints.xr0_norm import XR0ActionNormalizer
+from oxygen_gym.policies.families.xr0.xr0_norm import XR0ActionNormalizer
 from xr0_layout import write_xr0
 
 

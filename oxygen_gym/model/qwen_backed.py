@@ -13,7 +13,7 @@ import torch
 from ..core.kv_view import KVCache
 from ..core.model_contract import EngineModel, KVLayout
 from .lora_bank import adapter_routing
-from .qwen3_vl.prefix_inputs import QwenPrefixInputs
+from .qwen3_vl.qwen_prefix_inputs import QwenPrefixInputs
 
 
 class QwenBackedModel(EngineModel):

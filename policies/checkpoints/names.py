@@ -14,12 +14,10 @@ import difflib
 import re
 from pathlib import Path
 
-# family -> its built-in models with random weights (each family's module registers the same tuple, model_io.py)
-RANDOM_WEIGHT_MODELS: dict[str, tuple[str, ...]] = {
-    "pi05": ("tiny", "small", "compact", "pi05", "multi-tiny", "multi-small", "compact-128", "compact-wide"),
-    "xr0": ("xr0-tiny", "xr0-small", "xr0"),
-    "starvla": ("starvla-tiny", "starvla-small", "starvla-4b"),
-}
+from .family_names import FAMILY_TABLE
+
+# family -> its built-in models with random weights, from the family table (each family registers the same tuple)
+RANDOM_WEIGHT_MODELS: dict[str, tuple[str, ...]] = {name: line.builtins for name, line in FAMILY_TABLE.items()}
 # trained models shipped inside the package (model/trained.py), loaded like any checkpoint folder
 TRAINED_MODEL_NAMES: tuple[str, ...] = ("libero-spatial",)
 # an `owner/name` hub id, as model/pi05/loading.py `resolve_checkpoint` accepts it

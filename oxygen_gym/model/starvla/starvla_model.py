@@ -33,7 +33,7 @@ from ...core.model_contract import ActionHead, PrefixState
 from ..flow_sampler import denoise_scope
 from ..qwen3_vl import Qwen3VLBackbone
 from ..qwen_backed import QwenBackedModel
-from ..qwen3_vl.prefix_inputs import QwenPrefixInputs
+from ..qwen3_vl.qwen_prefix_inputs import QwenPrefixInputs
 from .groot_head import GR00THead
 from .oft_head import OFTHead
 from .pi_head import PIHead

@@ -19,7 +19,7 @@ from ..qwen3_vl import Qwen3VLBackbone
 from ..qwen_backed import QwenBackedModel
 from .action_expert import XR0ActionExpert
 from .xr0_config import XR0Config
-from ..qwen3_vl.prefix_inputs import QwenPrefixInputs
+from ..qwen3_vl.qwen_prefix_inputs import QwenPrefixInputs
 
 ACTION_HEAD = "actions"  # XR0 has one DiT expert
 

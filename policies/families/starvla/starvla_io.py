@@ -9,14 +9,14 @@ from oxygen_gym.model.image_resize import resize_with_pad
 from oxygen_gym.model.qwen3_vl.qwen_tokenizer import QwenTokenizer, builtin_qwen_tokenizer
 from oxygen_gym.model.starvla import starvla_prompt
 from oxygen_gym.model.starvla.starvla_model import StarVLAModel, build_starvla
-from oxygen_gym.model.qwen3_vl.prefix_inputs import QwenPrefixInputs
+from oxygen_gym.model.qwen3_vl.qwen_prefix_inputs import QwenPrefixInputs
 
-from . import normalize
-from .inputs import ObservationError
-from .checkpoints.family_names import FAMILY_TABLE
-from .family_api import ModelIO, PolicyFamily, register_family
-from .robots import RobotSpec
-from .qwen_vl_processor import make_processor
+from oxygen_gym.policies import normalize
+from oxygen_gym.policies.inputs import ObservationError
+from oxygen_gym.policies.checkpoints.family_names import FAMILY_TABLE
+from oxygen_gym.policies.family_api import ModelIO, PolicyFamily, register_family
+from oxygen_gym.policies.robots import RobotSpec
+from oxygen_gym.policies.qwen_vl_processor import make_processor
 
 
 class StarVLAIO(ModelIO):
@@ -64,13 +64,13 @@ def build_builtin(name: str, robot: RobotSpec, device, dtype, overrides, seed: i
 
 
 def _load(*args):
-    from .checkpoints.starvla_load import load_starvla
+    from .starvla_load import load_starvla
 
     return load_starvla(*args)
 
 
 def _inspect(*args):
-    from .checkpoints.starvla_load import inspect_starvla
+    from .starvla_load import inspect_starvla
 
     return inspect_starvla(*args)
 
@@ -81,6 +81,6 @@ def _detects(root) -> bool:
     return is_starvla_run(root)
 
 
-register_family(PolicyFamily("starvla", StarVLAModel, StarVLAIO, ("starvla-tiny", "starvla-small", "starvla-4b"),
-                             build_builtin, checkpoint_families=FAMILY_TABLE["starvla"][1], detects=_detects, load=_load,
-                             inspect=_inspect))
+register_family(PolicyFamily("starvla", StarVLAModel, StarVLAIO, FAMILY_TABLE["starvla"].builtins, build_builtin,
+                             checkpoint_families=FAMILY_TABLE["starvla"].checkpoint_families, detects=_detects,
+                             load=_load, inspect=_inspect))

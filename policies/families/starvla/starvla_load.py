@@ -10,8 +10,8 @@ from oxygen_gym.model.qwen3_vl.qwen_tokenizer import QwenTokenizer
 from oxygen_gym.model.starvla.starvla_checkpoint import is_starvla_run, read_state, split_state
 from oxygen_gym.model.starvla.starvla_model import StarVLAModel
 
-from ..robots import RobotSpec
-from .overrides import ConventionOverrides
+from oxygen_gym.policies.robots import RobotSpec
+from oxygen_gym.policies.checkpoints.overrides import ConventionOverrides
 from .starvla_resolve import StarVLAConventions, resolve_starvla
 
 

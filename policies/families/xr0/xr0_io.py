@@ -10,14 +10,14 @@ from oxygen_gym.model.image_resize import resize_with_pad
 from oxygen_gym.model.qwen3_vl.qwen_tokenizer import QwenTokenizer, builtin_qwen_tokenizer
 from oxygen_gym.model.xr0 import xr0_prompt
 from oxygen_gym.model.xr0.xr0_model import XR0Model, build_xr0
-from oxygen_gym.model.qwen3_vl.prefix_inputs import QwenPrefixInputs
+from oxygen_gym.model.qwen3_vl.qwen_prefix_inputs import QwenPrefixInputs
 
-from . import normalize
-from .inputs import ObservationError
-from .checkpoints.family_names import FAMILY_TABLE
-from .family_api import ModelIO, PolicyFamily, register_family
-from .qwen_vl_processor import VIEWS, default_views, make_processor  # noqa: F401 - VIEWS re-exported
-from .robots import RobotSpec
+from oxygen_gym.policies import normalize
+from oxygen_gym.policies.inputs import ObservationError
+from oxygen_gym.policies.checkpoints.family_names import FAMILY_TABLE
+from oxygen_gym.policies.family_api import ModelIO, PolicyFamily, register_family
+from oxygen_gym.policies.qwen_vl_processor import VIEWS, default_views, make_processor  # noqa: F401 - VIEWS re-exported
+from oxygen_gym.policies.robots import RobotSpec
 
 class XR0IO(ModelIO):
     def __init__(
@@ -74,25 +74,25 @@ def build_builtin(name: str, robot: RobotSpec, device, dtype, overrides, seed: i
 
 
 def _detects(root) -> bool:
-    from .checkpoints.xr0_resolve import is_xr0_folder  # lazily: the checkpoint code imports this module's VIEWS
+    from .xr0_resolve import is_xr0_folder  # when a folder is asked about: keeps importing the family light
 
     return is_xr0_folder(root)
 
 
 def _load(*args, **kwargs):
-    from .checkpoints.xr0_load import load_xr0
+    from .xr0_load import load_xr0
 
     return load_xr0(*args, **kwargs)
 
 
 def _inspect(*args, **kwargs) -> str:
-    from .checkpoints.xr0_load import inspect_xr0
+    from .xr0_load import inspect_xr0
 
     return inspect_xr0(*args, **kwargs)
 
 
 register_family(PolicyFamily(
-    "xr0", XR0Model, XR0IO, ("xr0-tiny", "xr0-small", "xr0"), build_builtin,
-    checkpoint_families=FAMILY_TABLE["xr0"][1],
+    "xr0", XR0Model, XR0IO, FAMILY_TABLE["xr0"].builtins, build_builtin,
+    checkpoint_families=FAMILY_TABLE["xr0"].checkpoint_families,
     detects=_detects, load=_load, inspect=_inspect,
 ))

@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
-from ..robots import RobotSpec
-from .overrides import ConventionOverrides
-from .resolve import Conventions, resolve_conventions
+from oxygen_gym.policies.robots import RobotSpec
+from oxygen_gym.policies.checkpoints.overrides import ConventionOverrides
+from oxygen_gym.policies.checkpoints.resolve import Conventions, resolve_conventions
 
 
 def load_pi05(
@@ -29,6 +29,6 @@ def load_pi05(
 
 
 def inspect_pi05(root: Path, robot: RobotSpec, overrides: ConventionOverrides, prompt: str) -> str:
-    from .report import report
+    from oxygen_gym.policies.checkpoints.report import report
 
     return report(resolve_conventions(root, robot, overrides), prompt)

@@ -31,12 +31,12 @@ from oxygen_gym.model.xr0.xr0_checkpoint import config_from_json
 from oxygen_gym.model.xr0.xr0_config import XR0Config
 from oxygen_gym.model.xr0.xr0_stats import XR0Stats, robot_types, stats_from_preprocessor
 
-from .. import normalize
-from ..robots import RobotSpec
-from .family import UnsupportedCheckpointError
-from .overrides import ConventionOverrides
+from oxygen_gym.policies import normalize
+from oxygen_gym.policies.robots import RobotSpec
+from oxygen_gym.policies.checkpoints.family import UnsupportedCheckpointError
+from oxygen_gym.policies.checkpoints.overrides import ConventionOverrides
 from .xr0_norm import XR0ActionNormalizer
-from .qwen_tokenizer_files import find_qwen_tokenizer
+from oxygen_gym.policies.checkpoints.qwen_tokenizer_files import find_qwen_tokenizer
 from .xr0_weights import TensorHeader, check_published_keys, read_headers
 
 FAMILY = "xr0"
@@ -119,7 +119,7 @@ def _keys(file: Path) -> list[str]:
 
 def resolve_xr0(root: Path, robot: RobotSpec, overrides: ConventionOverrides | None = None) -> XR0Conventions:
     """Resolve an XR0 folder's conventions (module docstring); raises naming the file and the override that fixes it."""
-    from ..qwen_vl_processor import VIEWS, default_views
+    from oxygen_gym.policies.qwen_vl_processor import VIEWS, default_views
 
     root, o, warnings = Path(root), overrides or ConventionOverrides(), []
     config = _xr0_config(root)

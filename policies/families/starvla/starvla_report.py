@@ -65,8 +65,8 @@ def starvla_report(conv: StarVLAConventions, prompt: str) -> str:
 
 
 def _example_prompt(conv: StarVLAConventions, prompt: str) -> tuple[str, list[int], int]:
-    """As the policy's IO renders it (policies/starvla_io.py), with blank images and a zero state."""
-    from ..qwen_vl_processor import make_processor
+    """As the policy's IO renders it (policies/families/starvla/starvla_io.py), with blank images and a zero state."""
+    from oxygen_gym.policies.qwen_vl_processor import make_processor
 
     c = conv.config
     processor = make_processor(SimpleNamespace(config=c), conv.tokenizer)

@@ -7,12 +7,12 @@ import numpy as np
 from oxygen_gym.model.pi05.modeling import PI05Model
 from oxygen_gym.model.pi05.prefix_inputs import PrefixInputs
 
-from . import normalize
-from .inputs import build_prefix_inputs
-from .language import task_prompt_ids
-from .checkpoints.family_names import FAMILY_TABLE
-from .family_api import ModelIO, PolicyFamily, register_family
-from .robots import RobotSpec
+from oxygen_gym.policies import normalize
+from oxygen_gym.policies.inputs import build_prefix_inputs
+from oxygen_gym.policies.language import task_prompt_ids
+from oxygen_gym.policies.checkpoints.family_names import FAMILY_TABLE
+from oxygen_gym.policies.family_api import ModelIO, PolicyFamily, register_family
+from oxygen_gym.policies.robots import RobotSpec
 
 
 class PI05IO(ModelIO):
@@ -54,8 +54,8 @@ def build_builtin(name: str, robot: RobotSpec, device, dtype, overrides, seed: i
     from oxygen_gym.model.pi05.init import build_model
     from oxygen_gym.model.tokenizer import find_tokenizer
 
-    from .checkpoints import map_cameras
-    from .checkpoints.resolve import _stats
+    from oxygen_gym.policies.checkpoints import map_cameras
+    from oxygen_gym.policies.checkpoints.resolve import _stats
 
     o = overrides
     cfg = PI05Config.named(name)
@@ -97,18 +97,19 @@ def _builtin_names() -> tuple[str, ...]:
 
 
 def _load(*args, **kwargs):
-    from .checkpoints.pi05_load import load_pi05  # lazily: the checkpoint resolver imports this module's registry
+    from .pi05_load import load_pi05  # when a folder is loaded: loading imports torch-heavy checkpoint code
 
     return load_pi05(*args, **kwargs)
 
 
 def _inspect(*args, **kwargs) -> str:
-    from .checkpoints.pi05_load import inspect_pi05
+    from .pi05_load import inspect_pi05
 
     return inspect_pi05(*args, **kwargs)
 
 
 register_family(PolicyFamily(
-    "pi05", PI05Model, PI05IO, _builtin_names(), build_builtin, checkpoint_families=FAMILY_TABLE["pi05"][1],
+    "pi05", PI05Model, PI05IO, _builtin_names(), build_builtin,
+    checkpoint_families=FAMILY_TABLE["pi05"].checkpoint_families,
     detects=None, load=_load, inspect=_inspect,
 ))

@@ -59,8 +59,8 @@ def xr0_report(conv: XR0Conventions, prompt: str) -> str:
 
 def _example_prompt(conv: XR0Conventions, prompt: str) -> tuple[str, list[int], int]:
     """(text, its token ids, prefix length) as the policy's IO renders them: the tokenizer's own chat template
-    through Qwen's processor (policies/xr0_io.py), with one blank image per view."""
-    from ..qwen_vl_processor import make_processor
+    through Qwen's processor (policies/families/xr0/xr0_io.py), with one blank image per view."""
+    from oxygen_gym.policies.qwen_vl_processor import make_processor
 
     views = list(conv.camera_slots.values())
     processor = make_processor(SimpleNamespace(config=conv.config), conv.tokenizer)

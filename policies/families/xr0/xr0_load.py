@@ -10,8 +10,8 @@ from oxygen_gym.model.qwen3_vl.qwen_tokenizer import QwenTokenizer
 from oxygen_gym.model.xr0.xr0_checkpoint import load_xr0_checkpoint
 from oxygen_gym.model.xr0.xr0_model import XR0Model
 
-from ..robots import RobotSpec
-from .overrides import ConventionOverrides
+from oxygen_gym.policies.robots import RobotSpec
+from oxygen_gym.policies.checkpoints.overrides import ConventionOverrides
 from .xr0_resolve import XR0Conventions, resolve_xr0
 
 

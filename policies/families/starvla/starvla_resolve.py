@@ -29,11 +29,11 @@ from oxygen_gym.model.starvla.starvla_checkpoint import (
 )
 from oxygen_gym.model.starvla.starvla_config import StarVLAConfig
 
-from .. import normalize
-from ..robots import RobotSpec
-from .overrides import ConventionOverrides
+from oxygen_gym.policies import normalize
+from oxygen_gym.policies.robots import RobotSpec
+from oxygen_gym.policies.checkpoints.overrides import ConventionOverrides
 from .starvla_norm import StarVLAActionNormalizer
-from .qwen_tokenizer_files import TOKENIZER_FILES, find_qwen_tokenizer, has_tokenizer_files
+from oxygen_gym.policies.checkpoints.qwen_tokenizer_files import TOKENIZER_FILES, find_qwen_tokenizer, has_tokenizer_files
 
 FAMILY = "starvla"
 OFT_QUERY = "🔍"  # QwenOFT.py `action_token`
