@@ -93,6 +93,34 @@ def grasp_offset(libero_env, obj: str) -> np.ndarray:
     return np.array([*(RIM_RADIUS * width[:2]), BOWL_RIM[2]])
 
 
+def upright_axis(rotation: np.ndarray) -> np.ndarray:
+    """The object's body-frame axis (a signed unit axis) that points up while it stands, from its 3x3 world
+    orientation at rest: the one nearest world z, so a small tilt at the start (a bowl still settling into the
+    drawer) is not taken as its upright."""
+    up_row = np.asarray(rotation, np.float64).reshape(3, 3)[2]  # world z of each body axis
+    axis = np.zeros(3)
+    i = int(np.argmax(np.abs(up_row)))
+    axis[i] = np.sign(up_row[i])
+    return axis
+
+
+def tilted_rim(rim: np.ndarray, rotation: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """The grasp point's offset from the object's centre, the object tilted: `rim` (its offset while the object
+    stands) turned by the smallest rotation taking world z onto the object's up axis (`rotation`, its 3x3 world
+    orientation, applied to `up`, see `upright_axis`). A bowl pinched by its wall tilts in the pinch as it is lifted
+    (libero_spatial task 4, fresh scene 1: 25 degrees in 5 steps, the eef then 3.9 cm from the upright grasp point and
+    1.3 cm from the tilted one), and the fingers stay on the same point of its wall, so a tilted but held bowl still
+    counts as held. Its turn about its own axis is left out: a bowl is round, its wall the same at every angle."""
+    u = np.asarray(rotation, np.float64).reshape(3, 3) @ np.asarray(up, np.float64)
+    u = u / np.linalg.norm(u)
+    rim = np.asarray(rim, np.float64)
+    if u[2] < -1.0 + 1e-9:  # upside down: half a turn about the horizontal axis along the grasp direction
+        return np.array([rim[0], rim[1], -rim[2]])
+    v = np.array([-u[1], u[0], 0.0])  # world z x u: the tilt's axis, its length the sine of the tilt
+    k = np.array([[0.0, -v[2], v[1]], [v[2], 0.0, -v[0]], [-v[1], v[0], 0.0]])
+    return (np.eye(3) + k + k @ k / (1.0 + u[2])) @ rim
+
+
 def lift_height(rest_z: float, rim: np.ndarray) -> float:
     """World z to lift the grasp point to before carrying: LIFT_HEIGHT (clear of everything on the table), or
     LIFT_CLEARANCE above the object's resting grasp point when it rests higher (in the drawer, on the cabinet)."""
@@ -113,7 +141,8 @@ class SubtaskLabeller:
 
     Built at the start of an episode. Its resting height is the lowest the object has been seen while not held (a
     bowl drawn above the drawer may still be dropping into it when the episode starts), to tell 'lifted' from
-    'resting'. The grasp point is `grasp_offset`'s (the drawer's bowl is grasped on a side wall); else BOWL_RIM.
+    'resting'. The grasp point is `grasp_offset`'s (the drawer's bowl is grasped on a side wall); else BOWL_RIM,
+    turned with the object's tilt (`tilted_rim`: a bowl tilted in the pinch is still held).
     """
 
     GRASP_RADIUS = 0.035  # gripper this close to the grasp point counts as at the object
@@ -126,13 +155,18 @@ class SubtaskLabeller:
         self.subtasks = Subtasks.for_goal(self.obj, self.target)
         self.rest_z = float(self.position(self.obj)[2])
         self.rim = grasp_offset(libero_env, self.obj)
+        self.up = upright_axis(self.rotation(self.obj))
 
     def position(self, name: str) -> np.ndarray:
         return self.sim.sim.data.body_xpos[self.sim.obj_body_id[name]].copy()
 
+    def rotation(self, name: str) -> np.ndarray:
+        return self.sim.sim.data.body_xmat[self.sim.obj_body_id[name]].reshape(3, 3).copy()
+
     def __call__(self, eef: np.ndarray, gripper_qpos: np.ndarray) -> str:
         obj, target = self.position(self.obj), self.position(self.target)
-        at_object = np.linalg.norm(eef[:3] - (obj + self.rim)) < self.GRASP_RADIUS
+        rim = tilted_rim(self.rim, self.rotation(self.obj), self.up)
+        at_object = np.linalg.norm(eef[:3] - (obj + rim)) < self.GRASP_RADIUS
         closed = float(gripper_qpos[0] - gripper_qpos[1]) < 0.06  # finger opening (open ~0.08, on a bowl wall ~0.03)
         held = closed and at_object
         if not held:  # resting height: the lowest seen while not held (see the class docstring)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .experts import BOWL_RIM, LIFT_HEIGHT, OSC_POS_SCALE, SubtaskLabeller, grasp_offset, lift_height, pick_place_goal
+from .experts import (BOWL_RIM, LIFT_HEIGHT, OSC_POS_SCALE, SubtaskLabeller, grasp_offset, lift_height, pick_place_goal,
+                      tilted_rim, upright_axis)
 
 APPROACH = np.array([0.0, 0.0, 0.12])  # above the grasp point, as PickPlaceExpert approaches
 OVER = np.array([0.0, 0.0, 0.15])  # above the target to carry to
@@ -25,6 +26,7 @@ AT_REST = 0.02  # m/s: an object moving slower than this has come to rest (a rel
 SLOW_LIFT_UNTIL = 0.05  # metres above its resting height: how high the object rises at a capped `lift_speed`
 OSC_ROT_SCALE = 0.5  # radians per rotation action unit (robots[0].controller.output_max[3:])
 YAW_ALIGNED = np.deg2rad(5.0)  # finger axis within this of the grasp direction: descending is safe
+ON_XY = 0.03  # metres: LIBERO's `On` holds only with the object's centre this near the target's (check_ontop)
 
 
 def lowering_waypoint(target: np.ndarray, place_height: float | None = None, rim: np.ndarray = BOWL_RIM) -> np.ndarray:
@@ -57,7 +59,14 @@ def state_phase(eef: np.ndarray, finger_gap: float, obj: np.ndarray, target: np.
     plate or on its rim), so it is picked up and placed again instead of being left there. `release_xy` and
     `place_height`: see `at_release_point` and `lowering_waypoint`. `rim`: the grasp point relative to the object
     (experts.grasp_offset); `lift_z`: the height a grasped object is lifted to (experts.lift_height); `aligned`: the
-    fingers point along the grasp direction (they are turned above the object before descending)."""
+    fingers point along the grasp direction (they are turned above the object before descending).
+
+    A held object over the target is placed by where it hangs from the eef (`eef - obj`), not by `rim`: a bowl tilted
+    or slid in the pinch hangs off its grasp point, and its centre is what must land on the plate. Once the release
+    has begun (the gripper commanded open on the last step: `closing_steps` 0) it goes on at the lowering height while
+    the object is within ON_XY of the target, even if opening nudged it past `release_xy`; closing again there was
+    libero_spatial task 6's failure (13 opens, each a step of release, then closing on a bowl 2.6 cm off the plate,
+    to the step limit). Farther off (a gripper flipped open by a perturbation), it is lowered and held again."""
     grasp = obj + rim
     at_object = np.linalg.norm(eef - grasp) < SubtaskLabeller.GRASP_RADIUS
     over_target = np.linalg.norm((obj - target)[:2]) < SubtaskLabeller.OVER_TARGET
@@ -68,7 +77,11 @@ def state_phase(eef: np.ndarray, finger_gap: float, obj: np.ndarray, target: np.
         return "close"  # closing on the object: let the fingers settle before lifting
     if at_object and finger_gap < CLOSED:  # holding the object (closed on it, fingers settled)
         if over_target:
-            return "release" if at_release_point(eef, obj, target, release_xy, place_height, rim) else "lower"
+            hanging = eef - obj
+            releasing = (closing_steps == 0 and np.linalg.norm((obj - target)[:2]) < ON_XY
+                         and eef[2] < lowering_waypoint(target, place_height, hanging)[2] + REACHED)
+            return "release" if releasing or at_release_point(eef, obj, target, release_xy, place_height,
+                                                              hanging) else "lower"
         if eef[2] < lift_z - 0.05 and obj[2] < rest_z + ON_TABLE:
             return "lift"
         return "over"
@@ -89,7 +102,8 @@ def phase_action(phase: str, eef: np.ndarray, obj: np.ndarray, target: np.ndarra
     """The 7-d OSC action of a phase: a clipped step towards its waypoint, a turn of the fingers about z by
     `yaw_error` (radians; 0 on every table task), and the gripper command. Above LIFT_HEIGHT (`lift_z` raised for a
     bowl lifted out of the drawer or off the cabinet) the carry keeps that height until over the target, so the held
-    bowl does not sweep through the drawer's front wall on a diagonal down to the plate."""
+    bowl does not sweep through the drawer's front wall on a diagonal down to the plate. "lower" (a held object) puts
+    the object's centre over the target, by where it hangs from the eef (see `state_phase`)."""
     grasp = obj + rim
     over = target + rim + OVER
     if lift_z > LIFT_HEIGHT:
@@ -97,7 +111,7 @@ def phase_action(phase: str, eef: np.ndarray, obj: np.ndarray, target: np.ndarra
     goal = {
         "above": grasp + APPROACH, "down": grasp, "close": grasp, "open": eef,
         "lift": np.array([eef[0], eef[1], lift_z]), "over": over,
-        "lower": lowering_waypoint(target, place_height, rim), "release": eef,
+        "lower": lowering_waypoint(target, place_height, eef - obj), "release": eef,
         "retreat": np.array([eef[0], eef[1], lift_z]),
     }[phase]
     action = np.zeros(7, np.float32)
@@ -140,13 +154,17 @@ class StatePickPlaceExpert:
         self.place_height = place_height
         self.obj, self.target = pick_place_goal(libero_env)
         self.rest_z = float(self._pos(self.obj)[2])  # the lowest the object has been seen (see `__call__`)
-        self.rim = grasp_offset(libero_env, self.obj)
+        self.rim = grasp_offset(libero_env, self.obj)  # upright; turned with the object's tilt each step
+        self.up = upright_axis(self._rotation(self.obj))
         # the fingers are turned only where the grasp is not BOWL_RIM's (the drawer), so table tasks act as before
         self.turns = not np.allclose(self.rim, BOWL_RIM)
         self.phase, self.closing, self._closing_before = "above", 0, 0
 
     def _pos(self, name: str) -> np.ndarray:
         return self.sim.sim.data.body_xpos[self.sim.obj_body_id[name]].copy()
+
+    def _rotation(self, name: str) -> np.ndarray:
+        return self.sim.sim.data.body_xmat[self.sim.obj_body_id[name]].reshape(3, 3).copy()
 
     def _missed_target(self) -> bool:
         """The object is at rest and LIBERO's goal predicate (the task's BDDL `On`) does not hold. Without this the
@@ -159,20 +177,21 @@ class StatePickPlaceExpert:
         eef = np.asarray(state[:3], np.float64)
         gap = float(state[6] - state[7])
         obj, target = self._pos(self.obj), self._pos(self.target)
+        rim = tilted_rim(self.rim, self._rotation(self.obj), self.up)  # a bowl tilted in the pinch is still held
         # a bowl drawn above the drawer may still be dropping into it when the episode starts: it rests at the lowest
         # it has been seen while not in the closed gripper (a held bowl lowered onto the plate is not resting)
-        if not (gap < OPEN_GAP and np.linalg.norm(eef - (obj + self.rim)) < SubtaskLabeller.GRASP_RADIUS):
+        if not (gap < OPEN_GAP and np.linalg.norm(eef - (obj + rim)) < SubtaskLabeller.GRASP_RADIUS):
             self.rest_z = min(self.rest_z, float(obj[2]))
         lift_z = lift_height(self.rest_z, self.rim)
         yaw = finger_yaw_error(state[3:6], self.rim) if self.turns else 0.0
-        where = dict(release_xy=self.release_xy, place_height=self.place_height, rim=self.rim, lift_z=lift_z,
+        where = dict(release_xy=self.release_xy, place_height=self.place_height, rim=rim, lift_z=lift_z,
                      aligned=abs(yaw) < YAW_ALIGNED)
         self.phase = state_phase(eef, gap, obj, target, self.rest_z, self.closing, **where)
         if self.phase == "retreat" and self._missed_target():  # the sim's goal check only where it can matter
             self.phase = state_phase(eef, gap, obj, target, self.rest_z, self.closing, missed_target=True, **where)
         self._closing_before = self.closing
         self.closing = self.closing + 1 if self.phase in ("close", "lift", "over", "lower") else 0  # gripping steps
-        action = phase_action(self.phase, eef, obj, target, self.place_height, self.rim, lift_z, yaw)
+        action = phase_action(self.phase, eef, obj, target, self.place_height, rim, lift_z, yaw)
         return cap_first_lift(action, self.phase, obj[2], self.rest_z, self.lift_speed)
 
     def executed(self, action: np.ndarray) -> None:

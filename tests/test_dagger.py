@@ -76,15 +76,16 @@ def test_dagger_beta_must_leave_the_policy_something_to_drive():
 
 
 class _Sim:
-    """The few sim fields StatePickPlaceExpert reads: body positions and velocities by name, the goal check, and the
-    BDDL initial state (a bowl on the table: inside no fixture region)."""
+    """The few sim fields StatePickPlaceExpert reads: body positions, orientations (upright) and velocities by name,
+    the goal check, and the BDDL initial state (a bowl on the table: inside no fixture region)."""
 
     parsed_problem = {"initial_state": []}
 
     def __init__(self, bowl, plate) -> None:
         self.obj_body_id = {"akita_black_bowl_1": 0, "plate_1": 1}
         positions = np.array([bowl, plate], np.float64)
-        data = type("D", (), {"body_xpos": positions, "cvel": np.zeros((2, 6))})()
+        upright = np.tile(np.eye(3).reshape(1, 9), (2, 1))
+        data = type("D", (), {"body_xpos": positions, "body_xmat": upright, "cvel": np.zeros((2, 6))})()
         self.sim = type("S", (), {"data": data})()
 
     def _check_success(self) -> bool:

@@ -7,7 +7,8 @@ not images). Prints one JSON line per scene, then a summary per task. Not in CI.
     python tools/expert_grasps.py --task 3 --fresh-scenes 0-9      # another libero_spatial task
     python tools/expert_grasps.py --task 0-9 --fresh-scenes 0-5 --lift-speed 0.5 --log runs.jsonl  # resumable
 
-With `--log`, each scene's line is appended to that file as it finishes, and scenes already in it (same task, scene
+With `--trace FILE`, every step's phase, eef, finger gap, object pose and target are appended to FILE (JSON lines),
+to see why a scene fails. With `--log`, each scene's line is appended to that file as it finishes, and scenes already in it (same task, scene
 and settings) are not run again, so a long run stopped part way resumes where it stopped.
 """
 from __future__ import annotations
@@ -20,24 +21,44 @@ from pathlib import Path
 import numpy as np
 
 
-def run_scene(env, scene: int, release_xy: float | None, lift_speed: float | None, task: int = 0) -> dict:
+def run_scene(env, scene: int, release_xy: float | None, lift_speed: float | None, task: int = 0,
+              trace: Path | None = None) -> dict:
     from oxygen_gym.envs.state_expert import StatePickPlaceExpert
     from oxygen_gym.train.collect import EpisodeKey
 
     seed = EpisodeKey("libero_spatial", task, None, 0, scene=scene).scene_seed()  # the collection's scene for that key
     obs, _ = env.reset(seed=env.unwrapped.protocol.seed, options={"scene_seed": seed})  # as collect resets
     expert = StatePickPlaceExpert(env.unwrapped.libero_env.env, release_xy, lift_speed)
-    phases, grips, done, start = [], [], False, time.time()
+    phases, grips, done, start, rows = [], [], False, time.time(), []
     while not done:
         action = expert(obs["state"])
         phases.append(expert.phase)
         grips.append(float(action[6]))
+        if trace is not None:
+            rows.append(_trace_row(expert, obs["state"], action))
         obs, _, terminated, truncated, info = env.step(action)
         done = terminated or truncated
+    if trace is not None:
+        with trace.open("a") as f:
+            f.writelines(json.dumps({"task": task, "scene": scene, "step": i, **r}) + "\n" for i, r in enumerate(rows))
     runs = [p for i, p in enumerate(phases) if i == 0 or p != phases[i - 1]]
     grip = np.array(grips)
     return {"task": task, "scene": scene, "success": bool(info["is_success"]), "steps": len(phases), "grasps": runs.count("close"),
             "opens": int(np.sum((grip[:-1] > 0) & (grip[1:] < 0))), "seconds": round(time.time() - start, 1)}
+
+
+def _trace_row(expert, state: np.ndarray, action: np.ndarray) -> dict:
+    """One step of the expert as it saw it: its phase, the eef, the finger gap, the object's pose (centre and
+    quaternion, w first) and the target's centre, and the action it sent."""
+    sim = expert.sim.sim
+    body = expert.sim.obj_body_id[expert.obj]
+
+    def r(x) -> list:
+        return [round(float(v), 4) for v in x]
+
+    return {"phase": expert.phase, "eef": r(state[:3]), "gap": round(float(state[6] - state[7]), 4),
+            "obj": r(sim.data.body_xpos[body]), "quat": r(sim.data.body_xquat[body]),
+            "target": r(expert._pos(expert.target)), "rest_z": round(expert.rest_z, 4), "action": r(action)}
 
 
 def main() -> None:
@@ -49,6 +70,8 @@ def main() -> None:
     parser.add_argument("--release-xy-cm", type=float, default=None, metavar="CM")
     parser.add_argument("--lift-speed", type=float, default=None, metavar="FRAC")
     parser.add_argument("--log", type=Path, default=None, help="JSON lines file to append to and resume from")
+    parser.add_argument("--trace", type=Path, default=None,
+                        help="JSON lines file to append every step to (phase, eef, finger gap, object pose, target)")
     args = parser.parse_args()
     tasks = [t for part in args.task.split(",") for t in parse_range(part, "--task")]
     scenes = [s for part in args.fresh_scenes.split(",") for s in parse_range(part, "--fresh-scenes")]
@@ -71,7 +94,7 @@ def main() -> None:
         try:
             for scene in todo:
                 rows.append({**run_scene(env, scene, None if args.release_xy_cm is None else args.release_xy_cm / 100,
-                                         args.lift_speed, task), **settings})
+                                         args.lift_speed, task, args.trace), **settings})
                 print(json.dumps(rows[-1]), flush=True)
                 if args.log is not None:
                     with args.log.open("a") as f:
