@@ -19,11 +19,13 @@ import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 from gymnasium import spaces  # noqa: E402
 
+from oxygen_gym.policies.robots.aloha_robot import ALOHA  # noqa: E402
+
 from .protocols import ALOHA_PROTOCOL, SimProtocol  # noqa: E402
 from .spaces import camera_size as _camera_size  # noqa: E402
 from .spaces import EpisodeCounter, check_action, policy_observation_space, positive_int  # noqa: E402
 
-# policy camera name -> camera in gym-aloha's model
+# policy camera name (the robot's, policies/robots/aloha_robot.py) -> camera in gym-aloha's model
 CAMERAS = {"high": "top", "left_wrist": "left_wrist", "right_wrist": "right_wrist"}
 TASKS = {
     # prompts of the datasets the public ALOHA-sim policies were trained on (openpi's pi0_aloha_sim: "Transfer cube")
@@ -50,9 +52,9 @@ class AlohaEnv(gym.Env):
     0 closed .. 1 open). State: the same 14 quantities measured. Success: gym-aloha's top reward (4)."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 50}
-    robot = "aloha"
-    state_dim = 14
-    action_dim = 14
+    robot = ALOHA.name
+    state_dim = ALOHA.state_dim
+    action_dim = ALOHA.action_dim
     control_dt = 0.02  # gym-aloha's DT: 50 Hz
 
     def __init__(
@@ -155,11 +157,10 @@ class AlohaEnv(gym.Env):
         return self._observation(timestep.observation), reward, terminated, truncated, self._info(success)
 
     def hold_action(self, last_action: np.ndarray | None) -> np.ndarray:
-        """A step without a new command (LiveClock): absolute joint targets, so the last command again; before any,
-        the measured joints (the state the episode started in)."""
-        if last_action is not None:
-            return np.asarray(last_action, dtype=np.float32).copy()
-        return np.asarray(self._env.task.get_qpos(self._env.physics), dtype=np.float32)
+        """A step without a new command (LiveClock): the robot's hold (aloha_robot.hold_aloha: the last command
+        again; before any, the measured joints)."""
+        measured = None if last_action is not None else self._env.task.get_qpos(self._env.physics)
+        return ALOHA.hold_action(last_action, measured)
 
     def render(self):
         if self.render_mode != "rgb_array" or self._last_images is None:

@@ -18,12 +18,15 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 from gymnasium import spaces  # noqa: E402
 
+from oxygen_gym.policies.robots.droid_robot import DROID  # noqa: E402
+
 from .protocols import DROID_PROTOCOL, SimProtocol  # noqa: E402
 from .spaces import camera_size as _camera_size  # noqa: E402
 from .spaces import EpisodeCounter, check_action, policy_observation_space, positive_int  # noqa: E402
 
 CONTROL_HZ = 15
 MAX_JOINT_DELTA = 0.2  # rad per control step at full command (DROID's RobotIKSolver)
+# policy camera name (the robot's, policies/robots/droid_robot.py) -> robosuite camera
 CAMERAS = {"exterior": "agentview", "exterior_2": "sideview", "wrist": "robot0_eye_in_hand"}
 TASKS = {  # task: (robosuite env, prompt, model camera for exterior_2: the bins arena has no sideview)
     "lift": ("Lift", "Lift the red cube", "sideview"),
@@ -46,10 +49,10 @@ class DroidEnv(gym.Env):
     Success: the robosuite task's own check."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": CONTROL_HZ}
-    robot = "droid"
+    robot = DROID.name
     cameras = tuple(CAMERAS)
-    state_dim = 8
-    action_dim = 8
+    state_dim = DROID.state_dim
+    action_dim = DROID.action_dim
     control_dt = 1.0 / CONTROL_HZ
 
     def __init__(
@@ -146,12 +149,9 @@ class DroidEnv(gym.Env):
         return self._observation(), float(reward), terminated, truncated, self._info(success)
 
     def hold_action(self, last_action: np.ndarray | None) -> np.ndarray:
-        """A step without a new command (LiveClock): zero joint velocity; the gripper keeps its last position
-        command (open before any)."""
-        hold = np.zeros(self.action_dim, dtype=np.float32)
-        if last_action is not None:
-            hold[-1] = np.asarray(last_action, dtype=np.float32)[-1]
-        return hold
+        """A step without a new command (LiveClock): the robot's hold (droid_robot.hold_droid: zero joint
+        velocity, the last gripper position command, open before any)."""
+        return DROID.hold_action(last_action)
 
     def render(self):
         if self.render_mode != "rgb_array" or self._last_images is None:

@@ -12,8 +12,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-# The no-op LIBERO action both references step while objects settle after a reset: zero motion, gripper open.
-LIBERO_WAIT_ACTION: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0)
+from oxygen_gym.policies.robots.libero_robot import STILL_ACTION
+
+# The no-op LIBERO action both references step while objects settle after a reset: zero motion, gripper open (the
+# robot's still action, policies/robots/libero_robot.py, where holding starts too).
+LIBERO_WAIT_ACTION: tuple[float, ...] = STILL_ACTION
 
 LIBERO_SUITES: tuple[str, ...] = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90")
 

@@ -25,6 +25,7 @@ class EvalSettings(Protocol):
     max_steps: int | None
     fast_render: bool
     fast_reset: bool
+    rebuild_sim: bool
     render_every_step: bool
 
 
@@ -33,7 +34,7 @@ class SimPlugin:
 
     name: str  # the sim's name on the command line and in config.json's `env`
     title: str  # how reports name it
-    robot: str  # the policy's robot convention (policies/robots.py)
+    robot: str  # the policy's robot convention (policies/robots/<robot>_robot.py)
     protocols: tuple[str, ...]  # the protocol presets it accepts; the first is the default
 
     def check_protocol(self, protocol: str) -> None:

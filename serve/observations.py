@@ -1,12 +1,6 @@
-"""openpi's observation keys per robot family, mapped to `policy.act`'s format (docs/api.md).
+"""openpi observations, mapped to `policy.act`'s format (docs/api.md) by each robot's wire layout
+(`RobotSpec.wire`, in policies/robots/<robot>_robot.py: openpi's message keys for that robot's cameras and state).
 
-What openpi's example loops send (openpi repository):
-- LIBERO (examples/libero/main.py): `observation/image`, `observation/wrist_image` (uint8 HWC), `observation/state`
-  (8: eef pos, axis-angle, gripper qpos), `prompt`.
-- DROID (examples/droid/main.py; src/openpi/policies/droid_policy.py): `observation/exterior_image_1_left`,
-  `observation/wrist_image_left`, `observation/joint_position` (7), `observation/gripper_position` (1), `prompt`.
-- ALOHA (examples/aloha_real, examples/aloha_sim/env.py; src/openpi/policies/aloha_policy.py): `images` dict of
-  `cam_high`, `cam_left_wrist`, `cam_right_wrist` (optional `cam_low`) as uint8 CHW, `state` (14), `prompt`.
 Images are HWC or CHW; float images in [0, 1] become uint8 as openpi's `_parse_image` does. Our own format
 (`images` with the robot's camera names, `state`, `prompt`) is accepted for every robot. Keys nobody reads are ignored,
 as openpi's input transforms ignore them.
@@ -48,20 +42,7 @@ def _key(key) -> str:
     return str(key)[:80]
 
 
-# robot -> (flat image keys -> camera, state keys with their lengths)
-FLAT_LAYOUTS: dict[str, tuple[dict[str, str], tuple[tuple[str, int], ...]]] = {
-    "libero": ({"observation/image": "base", "observation/wrist_image": "wrist"}, (("observation/state", 8),)),
-    "droid": (
-        {
-            "observation/exterior_image_1_left": "exterior",
-            "observation/wrist_image_left": "wrist",
-            "observation/exterior_image_2_left": "exterior_2",
-        },
-        (("observation/joint_position", 7), ("observation/gripper_position", 1)),
-    ),
-}
 MIN_IMAGE_SIDE = 8  # smaller images are no camera's (and degenerate for resizing)
-ALOHA_CAMERAS = {"cam_high": "high", "cam_left_wrist": "left_wrist", "cam_right_wrist": "right_wrist", "cam_low": "low"}
 
 
 def _image(value, field: str, limits: Limits) -> np.ndarray:
@@ -124,17 +105,16 @@ def to_policy_obs(obs, robot: RobotSpec, default_prompt: str | None = None, limi
         raise ObservationKeyError(f"message: expected a map of observation keys, got {type(obs).__name__}")
     if isinstance(obs.get("images"), dict):
         return _nested(obs, robot, default_prompt, limits)
-    if robot.name not in FLAT_LAYOUTS:
+    if not robot.wire.flat_images:
         raise _missing(obs, "images")
-    cams, states = FLAT_LAYOUTS[robot.name]
     images = {}
-    for key, cam in cams.items():
+    for key, cam in robot.wire.flat_images.items():
         if key in obs:
             images[cam] = _image(obs[key], key, limits)
         elif cam in robot.cameras:
             raise _missing(obs, key)
     parts = []
-    for key, n in states:
+    for key, n in robot.wire.flat_state:
         if key not in obs:
             raise _missing(obs, key)
         parts.append(_vector(obs[key], key, n))
@@ -142,8 +122,9 @@ def to_policy_obs(obs, robot: RobotSpec, default_prompt: str | None = None, limi
 
 
 def _nested(obs: dict, robot: RobotSpec, default_prompt: str | None, limits: Limits) -> dict:
-    """`{"images": {...}, "state": ..., "prompt": ...}` with openpi's ALOHA camera names or the robot's own."""
-    alias = ALOHA_CAMERAS if robot.name == "aloha" else {}
+    """`{"images": {...}, "state": ..., "prompt": ...}` with openpi's camera names (the robot's wire aliases, ALOHA's
+    `cam_high`, ...) or the robot's own."""
+    alias = robot.wire.camera_aliases
     known = set(robot.cameras) | set(robot.optional_cameras)
     images = {}
     for key, value in obs["images"].items():

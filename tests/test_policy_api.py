@@ -43,7 +43,7 @@ def test_act_shapes_and_update_stream(robot):
 
 
 def test_aloha_optional_camera_and_conversions_roundtrip():
-    from oxygen_gym.policies.robots import _gripper_from_angular, aloha_actions_from_pi, aloha_state_to_pi
+    from oxygen_gym.policies.robots.aloha_robot import _gripper_from_angular, aloha_actions_from_pi, aloha_state_to_pi
 
     state = np.linspace(-0.4, 0.4, 14).astype(np.float32)
     state[[6, 13]] = [0.3, 0.7]

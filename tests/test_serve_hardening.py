@@ -150,7 +150,10 @@ def test_error_replies_name_the_field_and_never_carry_a_traceback_or_path(server
     for ctrl in (np.zeros(3), {"x": 1}, [1, 2], 7, None, "x" * 10_000):
         messages.append((f"ctrl-{type(ctrl).__name__}", msgpack_numpy.packb({"__ctrl__": ctrl})))
     messages.append(("not-a-map", msgpack_numpy.packb([1, 2, 3])))
-    for name, message in messages:
+    for i, (name, message) in enumerate(messages):
+        if i and i % 4 == 0:  # a frame now and then, as a robot's would: it keeps the session past --idle-timeout-s
+            ws.send(msgpack_numpy.packb(_obs()))  # and restarts the wait refused messages in a row earn
+            assert msgpack_numpy.unpackb(ws.recv(timeout=60))["actions"].shape == (10, 7)
         ws.send(message)
         reply = ws.recv(timeout=60)
         assert isinstance(reply, str), name

@@ -21,7 +21,7 @@ from .collect.libero_hdf5 import Demo, demo_names, read_demos
 from .image_augment import color_jitter, random_shift
 
 LIBERO_SLOTS = ("base_0_rgb", "left_wrist_0_rgb")
-LABELS = ("subtask", "memory")  # the per-step language targets a collection records  # policies/robots.py: libero base -> base, wrist -> left wrist
+LABELS = ("subtask", "memory")  # the per-step language targets a collection records  # policies/robots/libero_robot.py: libero base -> base, wrist -> left wrist
 
 
 def data_paths(data: str | Path) -> list[Path]:

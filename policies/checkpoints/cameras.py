@@ -9,30 +9,15 @@ from __future__ import annotations
 
 import re
 
-from ..robots import RobotSpec
+from ..robots import MODEL_SLOTS, ROBOTS, RobotSpec
 
 IMAGE_PREFIX = "observation.images."
 EMPTY_CAMERA = re.compile(r"^empty_camera_\d+$")
 
-# robot -> camera -> names a checkpoint may give it (after the robot's own openpi slot, which always comes first)
-ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
-    "libero": {
-        "base": ("image", "agentview_image", "agentview", "agentview_rgb", "base"),
-        "wrist": ("image2", "wrist_image", "robot0_eye_in_hand_image", "eye_in_hand_rgb", "wrist"),
-    },
-    "droid": {
-        "exterior": ("exterior_image_1_left", "exterior_1_left", "exterior"),
-        "wrist": ("wrist_image_left", "wrist_left", "wrist"),
-        "exterior_2": ("exterior_image_2_left", "exterior_2_left", "exterior_2"),
-    },
-    "aloha": {
-        "high": ("cam_high", "top", "high"),
-        "left_wrist": ("cam_left_wrist", "left_wrist"),
-        "right_wrist": ("cam_right_wrist", "right_wrist"),
-        "low": ("cam_low", "low"),
-    },
-}
-OPENPI_SLOTS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
+# robot -> camera -> names a checkpoint may give it (after the robot's own openpi slot, which always comes first);
+# each robot's file holds its own (`RobotSpec.checkpoint_aliases`, policies/robots/<robot>_robot.py)
+ALIASES: dict[str, dict[str, tuple[str, ...]]] = {name: spec.checkpoint_aliases for name, spec in ROBOTS.items()}
+OPENPI_SLOTS = MODEL_SLOTS
 
 
 def feature_name(name: str) -> str:
@@ -42,7 +27,7 @@ def feature_name(name: str) -> str:
 
 def aliases(robot: RobotSpec, camera: str) -> tuple[str, ...]:
     own = (robot.cameras[camera],) if camera in robot.cameras else ()
-    return own + ALIASES.get(robot.name, {}).get(camera, (camera,))
+    return own + robot.checkpoint_aliases.get(camera, (camera,))
 
 
 def map_cameras(
