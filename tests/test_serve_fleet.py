@@ -188,3 +188,23 @@ def test_a_killed_replica_s_robots_reconnect_and_the_others_never_notice(fleet):
     assert victim not in {x["replica"] for x in stats["replicas"]}
     for x in stats["replicas"]:  # the survivors (and the replacement) hold no KV slot of the robots that left
         assert (x["sessions"], x["pool_active"], x["requests_in_flight"]) == (0, 0, 0), x
+
+
+def test_the_cluster_plan_seats_what_one_measured_replica_served_within_the_period():
+    """The plan counts the most robots one replica served with every robot's p99 inside the time between calls,
+    times the fleet's replicas; points of other replica counts or of the single server do not count."""
+    from oxygen_gym.eval.bench.serve_fleet_bench import cluster_plan, markdown
+
+    def point(server, replicas, robots, p99):
+        return {"server": server, "replicas": replicas, "robots": robots, "latency_ms_p99_worst_robot": p99}
+
+    points = [point("fleet", 1, 2, 180.0), point("fleet", 1, 4, 240.0), point("fleet", 1, 8, 400.0),
+              point("single", 1, 8, 100.0), point("fleet", 2, 8, 200.0)]
+    plan = cluster_plan(points, 16, 250.0)
+    assert (plan["robots_per_replica"], plan["robots"], plan["bounded_by_measurement"]) == (4, 64, False)
+    assert cluster_plan(points, 16, 500.0)["bounded_by_measurement"] is True
+    assert cluster_plan(points, 16, 100.0)["robots"] == 0
+    cfg = {"command": "x", "model": "tiny", "robot": "libero", "window_ms": 50, "threads": 1, "machine": "m",
+           "load_before": [0, 0, 0]}
+    assert "16 replicas like the one measured seats 4 robot(s) each" in markdown({"config": cfg, "points": [],
+                                                                                   "plan": plan})

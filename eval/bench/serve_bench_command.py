@@ -61,6 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="instead: robots against Ray Serve replicas (serve --ray) and the single-process server in "
                              "the same run, per --replicas count (serve_fleet_bench.py)")
     parser.add_argument("--replicas", type=_ints, default=(1, 2), help="with --ray: replica counts (default 1,2)")
+    parser.add_argument("--plan-replicas", type=int, default=16,
+                        help="with --ray: the fleet the plan is written for, one replica per GPU (default 16)")
+    parser.add_argument("--plan-actions-per-call", type=int, default=5,
+                        help="with --ray: actions a robot executes per call, which with its control rate sets the "
+                             "time it can wait for the next (default 5, openpi's LIBERO client)")
     parser.add_argument("--hostile", action="store_true",
                         help="instead: one robot's p50/p99 alone vs while hostile clients attack the same server "
                              "(oversized prompts, junk, idle connections, connect/reset storms, shape and container bombs, "

@@ -134,7 +134,10 @@ def run(args: argparse.Namespace) -> int:
             ray.shutdown()
     config["load_after"] = load_average()
     config["wall_s"] = time.monotonic() - started
-    results = {"config": config, "points": points}
+    from oxygen_gym.policies.robots import get_robot
+
+    period_ms = 1e3 * args.plan_actions_per_call / get_robot(args.robot).control_hz
+    results = {"config": config, "points": points, "plan": cluster_plan(points, args.plan_replicas, period_ms)}
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     text = markdown(results)
     (args.out / "results.md").write_text(text)
@@ -146,6 +149,20 @@ def _policy_factory(ns: argparse.Namespace):
     from oxygen_gym.serve.serve_command import build_policy
 
     return functools.partial(build_policy, ns)
+
+
+def cluster_plan(points: list[dict], replicas: int, period_ms: float) -> dict:
+    """What `replicas` replicas like the measured ones would serve: the most robots one measured replica served with
+    every robot's p99 within `period_ms` (the time a robot executes its last answer: a later answer stalls it), times
+    `replicas`. Robots stay on the replica that seated them and replicas share nothing, so per-replica capacity adds
+    up; the router fills replicas evenly (serve/fleet/router.py). It is only as good as the replica measured: a CPU
+    replica here says nothing of a GPU one, so run the bench on the cluster's own kind of replica."""
+    one = [p for p in points if p["server"] == "fleet" and p["replicas"] == 1]
+    fits = [p["robots"] for p in one if p["latency_ms_p99_worst_robot"] <= period_ms]
+    per_replica = max(fits, default=0)
+    return {"replicas": replicas, "period_ms": period_ms, "robots_per_replica": per_replica,
+            "robots": per_replica * replicas, "measured_robot_counts": sorted(p["robots"] for p in one),
+            "bounded_by_measurement": bool(fits) and per_replica == max(p["robots"] for p in one)}
 
 
 HEAD = "| server | replicas | robots | calls/robot | p50 ms (per robot) | p99 ms (per robot) | actions/s | robots/batch | Ray hop p50 ms |"
@@ -166,4 +183,11 @@ def markdown(results: dict) -> str:
              f"thread(s) per server or replica; {cfg['machine']}; load before {cfg['load_before']}, after "
              f"{cfg.get('load_after')}; wall {cfg.get('wall_s', 0):.0f} s", "", HEAD, "|" + " --- |" * 9,
              *[_row(p) for p in results["points"]]]
+    plan = results.get("plan")
+    if plan:
+        more = (" (the most measured: it may seat more)" if plan["bounded_by_measurement"] else "")
+        lines += ["", f"Plan: a fleet of {plan['replicas']} replicas like the one measured seats "
+                      f"{plan['robots_per_replica']} robot(s) each{more} with every robot's p99 within its "
+                      f"{plan['period_ms']:.0f} ms between calls: {plan['robots']} robots. A replica of another kind "
+                      "(a GPU) needs its own run."]
     return "\n".join(lines) + "\n"
