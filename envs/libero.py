@@ -49,7 +49,12 @@ class LiberoEnv(gym.Env):
 
     With `render_on_request=True` a step renders its cameras only when `request_render()` was called since the
     previous step (reset always renders); other steps' images are black placeholders and `info["rendered"]` is
-    False. The images a rendered step returns are byte-identical to an always-rendering env's (camera_gate.py)."""
+    False. The images a rendered step returns are byte-identical to an always-rendering env's (camera_gate.py).
+
+    Resets are LIBERO's hard reset (`info["reset"] == "hard"`), by default without rebuilding the simulation after
+    the first (envs/libero_reset.py: the same observations, rewards, dones and success, byte for byte, several times
+    faster); `rebuild_sim=True` rebuilds it every episode as LIBERO does; `fast_reset=True` is robosuite's soft reset
+    (`"fast"`: not the same episodes)."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 20}
     robot = "libero"
@@ -70,6 +75,7 @@ class LiberoEnv(gym.Env):
         fast_reset: bool = False,
         label_subtasks: bool = False,
         render_on_request: bool = False,
+        rebuild_sim: bool = False,
     ) -> None:
         self.protocol = get_libero_protocol(protocol)
         bench = load_suite(suite)
@@ -87,9 +93,12 @@ class LiberoEnv(gym.Env):
         self.max_steps = positive_int("max_steps", max_steps)
         self.camera_size = _camera_size(camera_size, self.protocol.render_size)
         self.fast_render = bool(fast_render)
-        # Hard reset (rebuild the sim, as LIBERO's default and both references do) unless fast_reset: the soft reset
-        # is ~10x faster but not bit-identical after the settle steps (lerobot docs/source/libero.mdx).
+        # Hard reset (as LIBERO's default and both references do) unless fast_reset: the soft reset is faster but not
+        # bit-identical after the settle steps (lerobot docs/source/libero.mdx). The hard reset's episodes come from
+        # libero_reset.ExactResetEnv, byte for byte, without rebuilding the sim while the task stays the same; with
+        # rebuild_sim, from LIBERO's own rebuild every episode (slower; for checks and timing).
         self.fast_reset = bool(fast_reset)
+        self.rebuild_sim = bool(rebuild_sim)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None or one of {self.metadata['render_modes']}, got {render_mode!r}")
         self.render_mode = render_mode
@@ -141,12 +150,16 @@ class LiberoEnv(gym.Env):
 
     def _ensure_sim(self):
         if self._sim is None:
-            from libero.libero.envs import OffScreenRenderEnv
             from robosuite import macros
+
+            if self.fast_reset or self.rebuild_sim:
+                from libero.libero.envs import OffScreenRenderEnv as env_class
+            else:
+                from .libero_reset import ExactResetEnv as env_class
 
             h, w = self.camera_size
             horizon = max(1000, self.protocol.wait_steps + self.max_steps + 1)  # truncation comes first, always
-            self._sim = OffScreenRenderEnv(
+            self._sim = env_class(
                 bddl_file_name=self._bddl_file, camera_heights=h, camera_widths=w, hard_reset=not self.fast_reset,
                 horizon=horizon,
             )

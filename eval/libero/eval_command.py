@@ -88,6 +88,9 @@ def add_libero_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--fast-reset", action="store_true",
                    help="LIBERO soft reset (~10x faster per episode); the references hard-reset, and soft resets are "
                         "not bit-identical, so results are recorded as fast-reset ones")
+    g.add_argument("--rebuild-sim", action="store_true",
+                   help="rebuild LIBERO's simulation every episode, as its hard reset does (the default reset gives "
+                        "the same episodes byte for byte without the rebuild, several times faster; for checks)")
     g.add_argument("--render-every-step", action="store_true",
                    help="render the cameras at every control step, not only the steps the policy or the video use "
                         "(the same images, slower; for timing comparisons)")
@@ -190,7 +193,8 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
     return EvalConfig(
         **common_fields(args), protocol=args.protocol, suites=parse_suites(args.suite), tasks=parse_tasks(args.tasks),
         episodes=episodes, init_states=parse_init_states(args.init_states), fresh_scenes=fresh_scenes, seeds=seeds,
-        render_every_step=args.render_every_step, fast_reset=args.fast_reset, live=args.live,
+        render_every_step=args.render_every_step, fast_reset=args.fast_reset, rebuild_sim=args.rebuild_sim,
+        live=args.live,
         execution=args.execution, handover=args.handover, queue_threshold=args.queue_threshold,
         ensemble=args.ensemble,
         save_rollouts=args.save_rollouts,

@@ -39,6 +39,7 @@ class LiberoSim(SimPlugin):
             limit = min(limit, config.max_steps)
         return gym.make("oxygen_gym/LIBERO-v0", suite=spec.suite, task_id=spec.task_id, protocol=config.protocol,
                         max_steps=limit, fast_render=config.fast_render, fast_reset=config.fast_reset,
+                        rebuild_sim=config.rebuild_sim,
                         label_subtasks=True,
                         render_on_request=not config.render_every_step)  # only the frames used
 
