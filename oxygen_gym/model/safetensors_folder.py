@@ -5,8 +5,10 @@ loader and inspect report reads weights through here, so sharding is handled onc
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -44,22 +46,29 @@ def weight_files(folder: Path) -> tuple[list[str], dict[str, str]]:
     raise FileNotFoundError(f"no {INDEX} or {SINGLE} in {folder}")
 
 
-def read_headers(folder: Path) -> dict[str, TensorHeader]:
-    """key -> (shard, shape, dtype) over every shard, no tensor read; a key the index places in a shard that lacks it,
-    or finds elsewhere, raises naming both."""
+def _open_shards(folder: Path, shards: list[str]) -> Iterator[tuple[str, Any]]:
+    """(shard name, open safetensors handle) for each of the model's shards in order; a shard the index names but the
+    folder lacks raises naming it."""
     from safetensors import safe_open
 
-    folder = Path(folder)
-    shards, weight_map = weight_files(folder)
-    out: dict[str, TensorHeader] = {}
     for shard in shards:
         path = folder / shard
         if not path.is_file():
             raise FileNotFoundError(f"{folder / INDEX} names the shard {shard}, which is not in {folder}")
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            for key in f.keys():
-                s = f.get_slice(key)
-                out[key] = TensorHeader(shard, tuple(s.get_shape()), s.get_dtype())
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
+            yield shard, handle
+
+
+def read_headers(folder: Path) -> dict[str, TensorHeader]:
+    """key -> (shard, shape, dtype) over every shard, no tensor read; a key the index places in a shard that lacks it,
+    or finds elsewhere, raises naming both."""
+    folder = Path(folder)
+    shards, weight_map = weight_files(folder)
+    out: dict[str, TensorHeader] = {}
+    for shard, f in _open_shards(folder, shards):
+        for key in f.keys():
+            s = f.get_slice(key)
+            out[key] = TensorHeader(shard, tuple(s.get_shape()), s.get_dtype())
     for key, shard in weight_map.items():
         if key not in out:
             raise CheckpointKeyError(f"missing key {key!r}: {INDEX} places it in {folder / shard}, which does not hold it")
@@ -83,23 +92,17 @@ def key_files(folder: Path) -> dict[str, Path]:
 def load_tensors(folder: Path, prefix: str = "") -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """Every tensor whose key starts with `prefix` (keys kept whole), and key -> file; an index and shards that
     disagree raise naming the keys."""
-    from safetensors import safe_open
-
     folder = Path(folder)
     shards, weight_map = weight_files(folder)
     state: dict[str, torch.Tensor] = {}
     where: dict[str, str] = {}
-    for shard in shards:
-        path = folder / shard
-        if not path.is_file():
-            raise FileNotFoundError(f"{folder / INDEX} names the shard {shard}, which is not in {folder}")
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            for key in f.keys():
-                if weight_map and key not in weight_map:
-                    raise CheckpointKeyError(f"{folder / INDEX}: index and shards disagree on {[key]}")
-                if key.startswith(prefix):
-                    state[key] = f.get_tensor(key)
-                    where[key] = str(path)
+    for shard, f in _open_shards(folder, shards):
+        for key in f.keys():
+            if weight_map and key not in weight_map:
+                raise CheckpointKeyError(f"{folder / INDEX}: index and shards disagree on {[key]}")
+            if key.startswith(prefix):
+                state[key] = f.get_tensor(key)
+                where[key] = str(folder / shard)
     if weight_map:
         missing = sorted(k for k in weight_map if k.startswith(prefix) and k not in state)
         if missing:
