@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from oxygen_gym.policies.async_policy import AsyncPolicy, ChunkRecord
 
-from .episode import EpisodeResult, episode_wrappers
+from .episode import EpisodeResult, episode_wrappers, policy_replan
 from .live_clock import LiveClock
 from .wrappers import PolicyCall, notify_policy_call
 
@@ -76,7 +76,10 @@ def run_live_episode(
 ) -> EpisodeResult:
     """One episode on the live clock. `policy` is a policy with act(obs) (wrapped in an AsyncPolicy for this
     episode) or an AsyncPolicy already. Arguments as run_episode's, plus AsyncPolicy's; `policy_seed` resets the
-    policy with that seed."""
+    policy with that seed. `replan` None: as run_episode, the policy's declared `replan_steps` (an AsyncPolicy passed
+    in keeps its own), else the env's protocol interval."""
+    if replan is None and not isinstance(policy, AsyncPolicy):
+        replan = policy_replan(policy)
     w = episode_wrappers(env, replan=replan, max_steps=max_steps, init_state=init_state, options=options,
                          video_dir=video_dir, video_name=video_name)
     replan, options, timer, narrator, video, limit = w.replan, w.options, w.timer, w.narrator, w.video, w.limit

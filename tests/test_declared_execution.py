@@ -181,6 +181,18 @@ def test_run_episode_executes_the_declared_actions_per_call(checkpoints, aloha):
         assert _executed(aloha, policy) == (1, [1] * STEPS)
 
 
+def test_a_live_episode_executes_the_declared_actions_per_call(checkpoints, aloha):
+    from oxygen_gym.envs.live_episode import run_live_episode
+
+    for declared in (2, 4):
+        with _policy(checkpoints[declared]) as policy:
+            assert run_live_episode(aloha, policy, max_steps=STEPS, seed=0).replan == declared
+    with _policy(checkpoints[2]) as policy:
+        assert run_live_episode(aloha, policy, max_steps=STEPS, seed=0, replan=3).replan == 3  # the caller's wins
+    with _policy(checkpoints[None]) as policy:
+        assert run_live_episode(aloha, policy, max_steps=STEPS, seed=0).replan == 10  # ALOHA's protocol interval
+
+
 def test_without_a_declaration_the_protocol_decides(checkpoints, aloha):
     with _policy(checkpoints[None]) as policy:
         assert _executed(aloha, policy) == (10, [STEPS])  # ALOHA's protocol replan is 10 (envs/protocols.py)
