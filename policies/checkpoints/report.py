@@ -74,11 +74,16 @@ def report(conv: Conventions, prompt: str) -> str:
     lines += [
         f"example prompt (robot state all zeros): {text!r}",
         f"  {len(ids)} tokens: {ids}",
-        f"tokenizer:  {conv.tokenizer_source}",
-        "warnings:" if conv.warnings else "warnings:   none",
-        *[f"  - {w}" for w in conv.warnings],
+        *closing_lines(conv),
     ]
     return "\n".join(lines)
+
+
+def closing_lines(conv) -> list[str]:
+    """Every family's inspect report ends alike: where the tokenizer came from, then every guess, last (where users
+    look, and where inspect_command puts adapter lines before)."""
+    return [f"tokenizer:  {conv.tokenizer_source}", "warnings:" if conv.warnings else "warnings:   none",
+            *[f"  - {w}" for w in conv.warnings]]
 
 
 def _noise_text(root) -> str:

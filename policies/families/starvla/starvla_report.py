@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from oxygen_gym.model.starvla import starvla_prompt
+from oxygen_gym.policies.checkpoints.report import closing_lines
 
 from .starvla_resolve import StarVLAConventions
 
@@ -57,9 +58,7 @@ def starvla_report(conv: StarVLAConventions, prompt: str) -> str:
         f"example prompt: {text!r}",
         f"  {len(ids)} text tokens; {prefix} prefix tokens with each image's {c.tokens_per_image} patch tokens "
         f"(the slots hold {c.max_prefix_length()})",
-        f"tokenizer:  {conv.tokenizer_source}",
-        "warnings:" if conv.warnings else "warnings:   none",
-        *[f"  - {w}" for w in conv.warnings],
+        *closing_lines(conv),
     ]
     return "\n".join(lines)
 

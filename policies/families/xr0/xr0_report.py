@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from oxygen_gym.model.xr0 import xr0_prompt
+from oxygen_gym.policies.checkpoints.report import closing_lines
 
 from .xr0_resolve import XR0Conventions
 
@@ -50,9 +51,7 @@ def xr0_report(conv: XR0Conventions, prompt: str) -> str:
         f"  {len(ids)} text tokens: {ids}",
         f"  {prefix} prefix tokens with each image pad expanded to its {c.tokens_per_image} patch tokens "
         f"(the slots hold {c.max_prefix_length()})",
-        f"tokenizer:  {conv.tokenizer_source}",
-        "warnings:" if conv.warnings else "warnings:   none",
-        *[f"  - {w}" for w in conv.warnings],
+        *closing_lines(conv),
     ]
     return "\n".join(lines)
 
