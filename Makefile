@@ -40,7 +40,7 @@ $(STAMP): pyproject.toml
 	# openpi's own client (the serving tests talk to our server with it) pins numpy<2 in its metadata but runs on
 	# numpy 2; installing it without its pins keeps the numpy the simulators were verified with.
 	$(BIN)/python -m pip install -q --no-deps "openpi-client>=0.1.2"
-	# lerobot 0.4.4's GR00T action head is the reference of the StarVLA groot head (tests/lerobot_groot.py): the wheel
+	# lerobot 0.4.4's GR00T action head is the reference of the StarVLA groot head (tests/helpers/lerobot_groot.py): the wheel
 	# without its dependency tree (datasets, every policy's stack), plus the few its action head imports.
 	$(BIN)/python -m pip install -q --no-deps "lerobot==0.4.4" "diffusers==0.35.2" "draccus==0.11.6" "mergedeep==1.3.4" \
 		"toml==0.10.2" "typing-inspect==0.9.0" "mypy-extensions>=1.0"
@@ -63,7 +63,7 @@ clean:
 # It lives inside $(VENV): ignored by git, removed by make clean.
 VENV_MIN ?= $(VENV)/min
 MIN_PINS := numpy==1.26.4 websockets==15.0 msgpack==1.0.5 transformers==4.57.0
-MIN_TESTS := tests/test_numpy_compat.py tests/test_policy_*.py tests/test_serve_*.py tests/test_eval_cli.py
+MIN_TESTS := tests/policy/test_numpy_compat.py tests/policy/test_policy_*.py tests/serve/test_serve_*.py tests/eval/test_eval_cli.py
 test-min: $(VENV_MIN)/.installed
 	$(VENV_MIN)/bin/python -c "import numpy, websockets; assert numpy.__version__.startswith('1.26'), numpy.__version__"
 	$(VENV_MIN)/bin/python -m pytest -q $(MIN_TESTS) $(PYTEST_ARGS)

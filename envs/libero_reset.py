@@ -23,7 +23,7 @@ spoils whichever context is current at that moment (measured: a kept context the
 next render changes too).
 
 Everything else (the Python model, every numpy draw in the order a hard reset makes them, the controllers, the
-observables) is the hard reset's own code. tests/test_libero_reset_exact.py compares the two byte for byte
+observables) is the hard reset's own code. tests/envs/test_libero_reset_exact.py compares the two byte for byte
 (observations, rewards, dones, success, the full MjData) over init states, tasks and both protocols' seed streams.
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@ exposes `add_arguments(parser)` and `run(args) -> int` (an entry `module:NAME` u
 
 Only the module of the command asked for is imported, and a command module imports nothing heavy (torch, transformers,
 simulators, Ray, websockets, matplotlib) before its `run`: `oxygen-gym <cmd> --help` answers in well under a second
-(`oxygen-gym bench cli` measures it; tests/test_cli.py checks what each parser imports). Errors in the arguments are
+(`oxygen-gym bench cli` measures it; tests/project/test_cli.py checks what each parser imports). Errors in the arguments are
 one line, `oxygen-gym <cmd>: error: ...` naming the flag, exit status 2 (docs/api.md section 5).
 """
 from __future__ import annotations

@@ -34,7 +34,7 @@ void, complex, datetime, string and byte-swapped dtypes are refused. An array's 
 data without multiplying unbounded numbers: the product of its non-zero dims is built one dim at a time and the check
 stops as soon as it passes the message size. msgpack extension types (including timestamps) are refused. Anything
 outside these rules raises `WireError` naming the field's path (e.g. `observation/image: array rank 40 over the limit
-of 8`) or the limit. Measured costs of the worst messages: tests/test_serve_wire_bounds.py.
+of 8`) or the limit. Measured costs of the worst messages: tests/serve/test_serve_wire_bounds.py.
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ the engine's own frame time (oxygen_gym/engine/timing.py: CUDA events around the
 frame; perf_counter on CPU), so this script only reads it back (p50 / p99 / per call, mean stage split).
 
 `--dry-run` runs the same plan on the CPU with tiny dims (model `tiny`, 2-4 tokens, 2 frames, 1-2 robots, 5 steps):
-about a minute, no GPU needed; tests/test_gpu_check.py runs it in the default test run so the script keeps working.
+about a minute, no GPU needed; tests/project/test_gpu_check.py runs it in the default test run so the script keeps working.
 
 Outputs, all under --out and rewritten as they happen: summary.json and summary.md (after every part), environment.json,
 nvidia-smi.txt, logs/<part>.log (stdout and stderr), bench-graphs-on/, bench-graphs-off/, serve/, libero/.

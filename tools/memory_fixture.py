@@ -1,4 +1,4 @@
-"""Record the held-out frames tests/test_memory_adapter.py checks the shipped memory adapter on.
+"""Record the held-out frames tests/policy/test_memory_adapter.py checks the shipped memory adapter on.
 
     .venv/bin/python tools/memory_fixture.py --init-state 35 --out tests/fixtures/memory_heldout_init35.npz
 

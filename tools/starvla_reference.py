@@ -1,5 +1,5 @@
 """Run StarVLA's own PI_v3 (LayerwiseFM) and OFT (MLP-ResNet) head modules once, at the tiny dims of
-`starvla-tiny`, and save inputs, weights and outputs as a small fixture for tests/test_starvla_heads.py.
+`starvla-tiny`, and save inputs, weights and outputs as a small fixture for tests/model/starvla/test_starvla_heads.py.
 
 StarVLA's files are read from a bare git mirror (`git show COMMIT:path`) into a temporary package; nothing of them is
 copied into oxygen_gym. Needs diffusers (StarVLA's DiT is built from diffusers' Attention / FeedForward).

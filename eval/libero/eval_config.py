@@ -100,7 +100,7 @@ class EvalConfig:
     # render both cameras at every control step, as before render_on_request (same images, slower: for timing)
     render_every_step: bool = False
     # rebuild LIBERO's simulation every episode as its hard reset does; off: envs/libero_reset.py gives the same
-    # episodes byte for byte without the rebuild (tests/test_libero_reset_exact.py), so not a result field
+    # episodes byte for byte without the rebuild (tests/envs/test_libero_reset_exact.py), so not a result field
     rebuild_sim: bool = False
     # eval rollouts kept as training data (train/collect/rollouts.py): none | hdf5 | lerobot; not a result field
     save_rollouts: str = "none"

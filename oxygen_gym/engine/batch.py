@@ -8,7 +8,7 @@ What a robot gets does not depend on its companions: its rows never attend to an
 its own cache row, masks follow each row's length), its language requests advance k tokens per frame *of its own*
 (a robot absent from a batch is not decoded in it), and queued requests are admitted per robot, first in first out.
 Actions therefore match the robot served alone to fp32 rounding and greedy tokens are identical
-(tests/test_serve_equivalence.py), as long as the pool has room (a full pool makes robots queue behind each other).
+(tests/serve/test_serve_equivalence.py), as long as the pool has room (a full pool makes robots queue behind each other).
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ a simulator built or a policy loaded: a typo in `--checkpoint` must not cost an 
 
 Light on purpose (no torch, no numpy): every `oxygen-gym` parser uses `checkpoint_arg` as its `--checkpoint` type,
 and `--help` must stay fast (oxygen_gym/cli.py). The names here mirror the family registry (policies/model_io.py
-`builtin_names`) and model/trained.py `TRAINED_MODELS`; tests/test_checkpoint_names.py fails when they drift apart.
+`builtin_names`) and model/trained.py `TRAINED_MODELS`; tests/project/test_cli.py fails when they drift apart.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ One differentiable forward over a batch, built from the same pieces as inference
 Flow matching (openpi `pi0.py` `compute_loss`, lerobot `modeling_pi05.py` `forward`): t ~ Beta(1.5, 1) * 0.999 +
 0.001, x_t = t * noise + (1 - t) * actions, target velocity u = noise - actions; inference integrates t = 1 -> 0 with
 x <- x + dt * v. Both losses train the backbone (no knowledge insulation: the model is trained from scratch).
-tests/test_training.py proves the velocity equals the denoise step's and the language log-likelihood equals the
+tests/train/test_training.py proves the velocity equals the denoise step's and the language log-likelihood equals the
 decode path's.
 """
 from __future__ import annotations

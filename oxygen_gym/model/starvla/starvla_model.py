@@ -10,7 +10,7 @@ three action heads that consume it in three ways (starvla_config.py):
 "The last layer's hidden state" is what StarVLA's QwenGR00T / QwenOFT read, `outputs.hidden_states[-1]` of
 `Qwen3VLForConditionalGeneration` (starVLA/model/framework/VLM4A/QwenGR00T.py, QwenOFT.py), which under the
 transformers it pins (requirements.txt: 4.57.0) is the last decoder layer's output *before* the final RMSNorm
-(tests/test_qwen3_vl_parity.py checks this on 4.57.x): real checkpoints were trained on the un-normed state.
+(tests/model/qwen3_vl/test_qwen3_vl_parity.py checks this on 4.57.x): real checkpoints were trained on the un-normed state.
 
 The prefill keeps the hidden states its heads read (`PrefixState.extras`: `layers` for pi, `last` for groot); each
 head turns them into its cross-attention K/V when it denoises, once per call (the Euler steps reuse them). So a head's

@@ -15,7 +15,7 @@ from oxygen_gym.serve.client import RemotePolicy, ServerError
 from oxygen_gym.serve.server import PolicyServer, ServeConfig
 from policy_obs import make_obs
 
-ACTION_ATOL = 1e-5  # batched vs alone, as tests/test_serve_equivalence.py (RTC rows: tests/test_rtc.py measures)
+ACTION_ATOL = 1e-5  # batched vs alone, as tests/serve/test_serve_equivalence.py (RTC rows: tests/engine/test_rtc.py measures)
 RTC = RTCConfig(method="guided", schedule="exp")
 
 

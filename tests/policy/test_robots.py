@@ -15,7 +15,7 @@ from oxygen_gym.policies.inputs import check_observation
 from oxygen_gym.policies.robots import ROBOTS, RobotSpec, get_robot
 from oxygen_gym.serve.observations import to_policy_obs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENVS = {"libero": "oxygen_gym.envs.libero:LiberoEnv", "droid": "oxygen_gym.envs.droid:DroidEnv",
         "aloha": "oxygen_gym.envs.aloha:AlohaEnv"}
 SIZE = 32

@@ -126,7 +126,7 @@ def oxygen_run():
     return _run("oxygen")
 
 
-# `parallel` is left out: spawning its two worker processes costs ~9 s here (tests/test_policy_api.py's parallel
+# `parallel` is left out: spawning its two worker processes costs ~9 s here (tests/policy/test_policy_api.py's parallel
 # case), and its language worker runs the `isolated` scheduler, which is checked below.
 @pytest.mark.parametrize("mode", ["shared", "isolated"])
 def test_sampled_text_differs_from_greedy_and_is_the_same_in_every_mode(oxygen_run, mode):

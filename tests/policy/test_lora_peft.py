@@ -60,7 +60,7 @@ def test_our_projections_match_pefts_forward(tmp_path, rslora):
 
 
 def _lerobot_skeleton(model) -> nn.Module:
-    """Empty Linear modules under lerobot's pi0.5 names (tests/checkpoint_layouts.py layout), for PEFT to adapt."""
+    """Empty Linear modules under lerobot's pi0.5 names (tests/helpers/checkpoint_layouts.py layout), for PEFT to adapt."""
     root = nn.Module()
     for key, shape in checkpoint_keys(model).items():
         if not key.endswith("_proj.weight") or "language_model.layers" not in key:

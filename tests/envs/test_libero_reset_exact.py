@@ -180,4 +180,4 @@ def test_a_scripted_episode_succeeds_alike_after_either_reset(pair):
     hard, exact = pair
     _same_episode(hard, exact, dict(seed=7, options={"init_state": 0}), _random_actions(2, 6))
     info = _same_episode(hard, exact, dict(options={"init_state": 1}), range(220), expert=True)
-    assert info["is_success"], "the expert solves init state 1 of task 0 (tests/test_envs_libero.py)"
+    assert info["is_success"], "the expert solves init state 1 of task 0 (tests/envs/test_envs_libero.py)"

@@ -10,7 +10,7 @@ from oxygen_gym import LanguageTask, MultiTaskPolicy
 from oxygen_gym.policies.inputs import ObservationError
 from oxygen_gym.policies.robots import RobotSpec
 from policy_obs import make_obs
-from test_multi_head import _same_text
+from text_checks import same_text as _same_text
 
 # Actions across modes, measured max abs difference on CPU: exactly 0 for isolated / shared / oxygen k = 1, 3 (the
 # action path runs the same kernels on the same shapes: one prefill of one row, the DiT over it), and 0 for parallel

@@ -1,4 +1,4 @@
-"""Real checkpoint layouts (tests/checkpoint_layouts.py) prepared as their authors' evals prepare them: cameras,
+"""Real checkpoint layouts (tests/helpers/checkpoint_layouts.py) prepared as their authors' evals prepare them: cameras,
 normalisation in the declared mode, prompt format, chunk length, and a clear error for every layout or flag we refuse.
 
 Hand computations follow the references directly: lerobot `normalize_processor.py` / `processor_pi05.py`,

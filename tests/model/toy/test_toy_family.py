@@ -1,10 +1,10 @@
-"""A fifth model family added as a folder plus one registration (tests/families/toy_family.py: a toy
+"""A fifth model family added as a folder plus one registration (tests/helpers/families/toy_family.py: a toy
 Mixture-of-Transformers with one action expert, random weights) runs end to end: `act()`, the engine's modes, an
 evaluation episode and the server, with no product file naming it.
 
 Tolerances are the suite's: on CPU the modes run the same kernels on the same shapes, so actions agree exactly across
-modes and by hand (tests/test_engine_equivalence.py); the server matches a lone act() to 1e-5
-(tests/test_serve_equivalence.py)."""
+modes and by hand (tests/engine/test_engine_equivalence.py); the server matches a lone act() to 1e-5
+(tests/serve/test_serve_equivalence.py)."""
 import asyncio
 import json
 import threading
@@ -23,7 +23,7 @@ TASKS = [
     LanguageTask("narrate", "Describe what the robot is doing.", max_new_tokens=6),
     LanguageTask("plan", "What should the robot do next?", max_new_tokens=4, every=2),
 ]
-SERVE_ATOL = 1e-5  # as tests/test_serve_equivalence.py
+SERVE_ATOL = 1e-5  # as tests/serve/test_serve_equivalence.py
 
 
 @pytest.fixture(scope="module", autouse=True)

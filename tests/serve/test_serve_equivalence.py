@@ -18,7 +18,7 @@ from oxygen_gym.serve.batch_loop import SessionEngine, session_policy
 from oxygen_gym.serve.server import PolicyServer, ServeConfig
 from policy_obs import make_obs
 
-ACTION_ATOL = 1e-5  # as tests/test_engine_equivalence.py
+ACTION_ATOL = 1e-5  # as tests/engine/test_engine_equivalence.py
 ROBOTS, STEPS = 3, 8
 TASKS = [
     LanguageTask("narrate", "Describe what the robot is doing.", max_new_tokens=7),

@@ -7,7 +7,7 @@ eval or server file learns its name: `MultiTaskPolicy.from_pretrained("toy-mot")
 
 A product family registers when its module is imported, from its line in policies/checkpoints/family_names.py. This
 one registers only inside `registered()`, so the rest of a pytest session sees exactly the product's families
-(tests/test_cli.py compares them with the CLI's list of built-in names).
+(tests/project/test_cli.py compares them with the CLI's list of built-in names).
 """
 from __future__ import annotations
 

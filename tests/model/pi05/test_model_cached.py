@@ -1,5 +1,5 @@
 """The staged, cached model (prefill -> denoise, prefill -> extend / decode_step) against a plain uncached forward
-over the whole padded sequence (tests/model_reference.py). Inputs and weights come from fixed seeds, so a failure
+over the whole padded sequence (tests/helpers/model_reference.py). Inputs and weights come from fixed seeds, so a failure
 reproduces; the seed is in every failure message."""
 import pytest
 import torch

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tools" / "gpu_check.py"
 
 
@@ -49,7 +49,7 @@ def test_dry_run_parts_report_what_they_measured(dry_run):
     out, _ = dry_run
     parts = json.loads((out / "summary.json").read_text())["parts"]
     tests = parts["gpu_tests"]["details"]
-    assert tests["collected"] >= 4  # the gpu-marked tests of tests/test_bench.py are collected
+    assert tests["collected"] >= 4  # the gpu-marked tests of tests/eval/test_bench.py are collected
     import torch
 
     if not torch.cuda.is_available():
@@ -95,7 +95,7 @@ def test_gpu_plan_fits_ten_minutes_and_its_arguments_parse(tmp_path):
     tool = _tool()
     parts = {p.name: p for p in tool.plan(False, tmp_path)}
     assert sum(p.budget_s for p in parts.values()) <= 540 and tool.DEADLINE_S[False] <= 540
-    assert "tests/test_bench.py" in parts["gpu_tests"].command
+    assert "tests/eval/test_bench.py" in parts["gpu_tests"].command
     for name, graphs in (("bench_graphs_on", True), ("bench_graphs_off", False)):
         argv = parts[name].command[3:]
         assert argv[0] == "bench"

@@ -12,6 +12,7 @@ import torch
 from oxygen_gym import LanguageTask, MultiTaskPolicy
 from oxygen_gym.engine.frame import FrameInput
 from policy_obs import make_obs
+from text_checks import same_text as _same_text
 
 TASKS = [
     LanguageTask("narrate", "Describe what the robot is doing.", max_new_tokens=7),
@@ -32,21 +33,6 @@ def _run(model="multi-tiny", mode="oxygen", heads=None, robot="aloha", frames=5,
             acts.append(a)
             texts.update({u.request_id: (u.text, u.done) for u in updates})
     return acts, texts
-
-
-def _same_text(texts: dict, ref: dict) -> None:
-    """Every request of both runs: equal when both finished, else the unfinished one's text starts the other's. (oxygen
-    may not have advanced its last frame's requests yet, with 4 slots.)"""
-    common = set(texts) & set(ref)
-    assert len(common) >= max(len(texts), len(ref)) - 2
-    for rid in common:
-        text, done = texts[rid]
-        ref_text, ref_done = ref[rid]
-        if done and ref_done:
-            assert text == ref_text, f"request {rid}"
-        else:
-            short, long = sorted((text, ref_text), key=len)
-            assert long.startswith(short), f"request {rid}: {text!r} vs {ref_text!r}"
 
 
 @pytest.fixture(scope="module")

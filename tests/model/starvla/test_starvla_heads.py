@@ -14,7 +14,7 @@ from oxygen_gym.model.starvla import build_starvla
 from oxygen_gym.model.starvla.flow_dit import time_bucket
 from oxygen_gym.model.xr0.xr0_prefix import XR0PrefixInputs
 
-FIXTURE = Path(__file__).parent / "fixtures" / "starvla_heads" / "reference.pt"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "starvla_heads" / "reference.pt"
 
 # CPU fp32, one thread; relative to the reference's largest magnitude, ~5x what was measured.
 VEL_TOL = 8e-6  # PI velocity per step vs StarVLA's modules: measured 1.7e-6

@@ -4,7 +4,7 @@ and the server's metadata says; config.json `language_tasks` becomes `MultiTaskP
 `oxygen-gym serve` narrates with. And `act()` takes the images the server takes (float in [0, 1], CHW), by one rule.
 
 The episodes run on the real ALOHA sim (the cheapest to step), driven by tiny checkpoints declaring 2 and 4;
-tests/test_replan_steps.py covers eval's and the demo's reading of the same declaration."""
+tests/policy/test_replan_steps.py covers eval's and the demo's reading of the same declaration."""
 from __future__ import annotations
 
 import argparse

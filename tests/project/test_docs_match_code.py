@@ -13,7 +13,7 @@ import pytest
 
 from oxygen_gym.cli import NESTED, SUBCOMMANDS, build_parser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
 API = ROOT / "docs" / "api.md"
 

@@ -1,6 +1,6 @@
 """Real-time chunking through the StarVLA flow heads (engine/rtc.py; their flow time is rtc.py's convention): zero
 weights give exactly the plain chunk, a guided row is pulled to its target where weighted, a row with beta 0 in the
-same batch is untouched; OFT refuses guidance naming the head (tests/test_starvla_heads.py)."""
+same batch is untouched; OFT refuses guidance naming the head (tests/model/starvla/test_starvla_heads.py)."""
 import pytest
 import torch
 

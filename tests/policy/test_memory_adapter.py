@@ -15,7 +15,7 @@ from oxygen_gym.eval.libero.narration import normalise, training_info
 from oxygen_gym.model.trained import trained_model_dir
 
 ROOT = trained_model_dir("libero-spatial")
-FIXTURE = Path(__file__).parent / "fixtures" / "memory_heldout_init35.npz"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "memory_heldout_init35.npz"
 pytestmark = pytest.mark.skipif(ROOT is None or not (ROOT / "adapters" / "memory").is_dir(),
                                 reason="libero-spatial memory adapter not installed")
 

@@ -33,7 +33,7 @@ from oxygen_gym.serve.server import ServeConfig  # noqa: E402
 KEY = "fleet-test-key-0123"
 AUTH = {"Authorization": f"Api-Key {KEY}"}
 TASKS = [LanguageTask("narrate", "Describe what the robot is doing.", max_new_tokens=5)]
-ROBOTS, STEPS, ACTION_ATOL = 4, 2, 1e-5  # tolerance of tests/test_serve_equivalence.py
+ROBOTS, STEPS, ACTION_ATOL = 4, 2, 1e-5  # tolerance of tests/serve/test_serve_equivalence.py
 
 
 def _factory():
