@@ -1,9 +1,10 @@
 """The serving loop over the batch scheduler (not an engine of its own): one thread owns the BatchScheduler; every
 robot's frames queue here and run in batches.
 
-A robot session is a `MultiTaskPolicy` whose engine is a `SessionEngine`: its `act()` does everything a lone policy
-does (observation checks, prompt, per-frame noise, language requests, text deltas, stats) and hands the frame to
-this loop, which waits up to `window_s` after the first frame for the other connected robots' frames, then runs them
+A robot session is a `PolicySession` of the template policy (policies/policy_session.py) whose engine is a
+`SessionEngine` (a `FrameEngine`, policies/frame_engine.py): its `act()` does everything a lone policy does (prompt,
+per-frame noise, language requests, text deltas, stats; the server checked the observation once) and hands the frame
+to this loop, which waits up to `window_s` after the first frame for the other connected robots' frames, then runs them
 as one batched frame (engine/batch.py).
 """
 from __future__ import annotations
@@ -273,5 +274,5 @@ class SessionEngine:
 
 
 def session_policy(template, engine: SessionEngine):
-    """A robot session: the template `MultiTaskPolicy`'s public `session` over the shared engine."""
+    """A robot session: the template `MultiTaskPolicy`'s `session` (a `PolicySession`) over the shared engine."""
     return template.session(engine)

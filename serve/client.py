@@ -7,6 +7,7 @@ It speaks the server's own websocket protocol (openpi's, docs/api.md section 6) 
 """
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -21,9 +22,13 @@ from oxygen_gym.policies.robots import get_robot
 from . import wire
 
 
-# closes after which a new session may succeed: going away, abnormal (no close frame: a replica process died),
-# internal error, service restart, try again later
+# closes after which a new session may succeed: going away (the fleet stops), abnormal (no close frame: the proxy
+# itself went away), internal error, service restart (a fleet replica died or outstayed its drain: Serve's proxy
+# sends it, serve/fleet/proxy_close.py), try again later
 RECONNECT_CODES = (1001, 1006, 1011, 1012, 1013)
+# handshake answers after which a new try may succeed: every seat taken (503), a replica lost mid-handshake (500, 502),
+# a proxy timeout (504)
+RETRY_STATUSES = (500, 502, 503, 504)
 
 
 class ServerError(RuntimeError):
@@ -36,10 +41,12 @@ class RemotePolicy:
     def __init__(self, uri: str = "ws://127.0.0.1:8000", *, api_key: str | None = None, timeout_s: float = 600.0,
                  reconnects: int = 0, backoff_s: float = 0.5, max_backoff_s: float = 10.0) -> None:
         """`reconnects` > 0 (for a fleet, `serve --ray`): when the connection drops (a replica died or stopped:
-        close codes 1001, 1006, 1011, 1012, 1013, or a 503 while connecting), open a new session, waiting
-        `backoff_s` doubling up to `max_backoff_s`, at most `reconnects` times in a row, and send the unanswered
+        close codes 1001, 1006, 1011, 1012, 1013; or 500, 502, 503, 504 while connecting), open a new session,
+        waiting `backoff_s` doubling up to `max_backoff_s` (each wait drawn between half and all of it, so a dead
+        replica's robots do not come back in step), at most `reconnects` times in a row, and send the unanswered
         message again. The new session starts at frame 0 with no language request: the ones the old session had
-        unfinished are appended to `lost_requests` (their last update). 0 (the default): errors reach the caller."""
+        unfinished are appended to `lost_requests` (their last update; the close reason, in `last_close`, counts
+        them too). 0 (the default): errors reach the caller."""
         self._headers = {"Authorization": f"Api-Key {api_key}"} if api_key else None
         self.uri = uri
         self.timeout_s = timeout_s
@@ -102,6 +109,7 @@ class RemotePolicy:
     def reset(self) -> None:
         """Episode boundary on the server: the session's requests are dropped, its frame counter restarts."""
         self._call({"__ctrl__": "reset"})
+        self._unfinished.clear()  # dropped on purpose: a later lost session does not count them
 
     def stats(self) -> dict:
         """This session's `policy.stats()` as the server computed it."""
@@ -132,7 +140,7 @@ class RemotePolicy:
         self.lost_requests.extend(self._unfinished.values())
         self._unfinished.clear()
         while True:
-            time.sleep(min(self.max_backoff_s, self.backoff_s * 2**failures))
+            time.sleep(min(self.max_backoff_s, self.backoff_s * 2**failures) * random.uniform(0.5, 1.0))
             failures += 1
             try:
                 self._connect()
@@ -140,7 +148,7 @@ class RemotePolicy:
                 return failures
             except (InvalidStatus, OSError, ConnectionClosed) as e:
                 status = e.response.status_code if isinstance(e, InvalidStatus) else None
-                if failures > self.max_reconnects or (status is not None and status != 503):
+                if failures > self.max_reconnects or (status is not None and status not in RETRY_STATUSES):
                     raise
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from oxygen_gym import MultiTaskPolicy
+    from oxygen_gym.policies.policy_config import PolicyConfig
 
 API_KEY_ENV = "OXYGEN_GYM_API_KEY"  # serve/server.py reads the same name
 
@@ -106,18 +107,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="with --ray: GPUs per replica (default 1 with --device cuda, else 0)")
     fleet.add_argument("--drain-timeout-s", type=float, default=600.0,
                        help="with --ray: how long a replica being replaced or scaled down keeps its live robots "
-                            "before it stops (default 600)")
+                            "before it stops; robots still there then get close code 1012 (default 600)")
+    fleet.add_argument("--scale-up-delay-s", type=float, default=None,
+                       help="with --max-replicas: robots above the target this long add a replica (default 30)")
+    fleet.add_argument("--scale-down-delay-s", type=float, default=None,
+                       help="with --max-replicas: robots below the target this long remove one (default 600)")
     from oxygen_gym.policies.checkpoints.overrides import ConventionOverrides
 
     ConventionOverrides.add_arguments(parser)
 
 
-def build_policy(args: argparse.Namespace) -> MultiTaskPolicy:
-    """The template policy every robot session copies (its model, tokenizer, robot conventions and tasks)."""
-    from oxygen_gym import LanguageTask, MultiTaskPolicy, RTCConfig
-    from oxygen_gym.policies.task_args import parse_decode_budget, parse_language_task
+def policy_config(args: argparse.Namespace) -> PolicyConfig:
+    """The template policy's options, as one record (policies/policy_config.py checks each, naming the field)."""
+    from oxygen_gym import LanguageTask, RTCConfig
     from oxygen_gym.policies.checkpoints.language_tasks import declared_language_tasks
     from oxygen_gym.policies.checkpoints.overrides import ConventionOverrides
+    from oxygen_gym.policies.policy_config import PolicyConfig
+    from oxygen_gym.policies.task_args import parse_decode_budget, parse_language_task
 
     names = [] if args.no_language else (args.language_task or ["narrate"])
     # a trained checkpoint answers only its own prompts: its declared tasks fill what --task and --max-new-tokens
@@ -126,17 +132,23 @@ def build_policy(args: argparse.Namespace) -> MultiTaskPolicy:
     declared = {t.name: asdict(t) for t in declared_language_tasks(args.checkpoint, overrides.revision)}
     tasks = [LanguageTask(**parse_language_task(n, args.max_new_tokens, args.every, trained=declared)) for n in names]
     adapters = sorted({t.adapter for t in tasks if t.adapter}) or None
-    budget = parse_decode_budget(args.decode_budget)
     rtc = RTCConfig(
         execution_horizon=args.rtc_execution_horizon, schedule=args.rtc_schedule,
         max_guidance_weight=args.rtc_max_guidance, method=args.rtc_method,
     )
-    return MultiTaskPolicy.from_pretrained(
-        args.checkpoint, robot=args.robot, tasks=tasks, decode_budget=budget, target_action_hz=args.target_action_hz,
-        mode="oxygen", device=args.device, seed=args.seed, num_slots=1, heads=args.heads, rtc=rtc,
-        noise_scale=args.noise_scale, adapters=adapters,
-        **overrides.as_kwargs(),
+    # num_slots=1: the template never runs a frame; the server's one pool holds every robot's requests
+    return PolicyConfig(
+        robot=args.robot, tasks=tuple(tasks), decode_budget=parse_decode_budget(args.decode_budget),
+        target_action_hz=args.target_action_hz, mode="oxygen", device=args.device, seed=args.seed, num_slots=1,
+        heads=args.heads, rtc=rtc, noise_scale=args.noise_scale, adapters=adapters, conventions=overrides,
     )
+
+
+def build_policy(args: argparse.Namespace) -> MultiTaskPolicy:
+    """The template policy every robot session is a session of (its model, tokenizer, robot conventions, tasks)."""
+    from oxygen_gym import MultiTaskPolicy
+
+    return MultiTaskPolicy.from_pretrained(args.checkpoint, config=policy_config(args))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -166,8 +178,10 @@ def run(args: argparse.Namespace) -> int:
         ).check()
         if args.ray is not None:
             return _run_fleet(args, cfg)
-        if any(getattr(args, k) is not None for k in ("replicas", "max_replicas", "robots_per_replica", "replica_gpus")):
-            raise ValueError("--replicas, --max-replicas, --robots-per-replica and --replica-gpus need --ray")
+        if any(getattr(args, k) is not None for k in ("replicas", "max_replicas", "robots_per_replica", "replica_gpus",
+                                                       "scale_up_delay_s", "scale_down_delay_s")):
+            raise ValueError("--replicas, --max-replicas, --robots-per-replica, --replica-gpus, --scale-up-delay-s "
+                             "and --scale-down-delay-s need --ray")
         policy = build_policy(args)
         server = PolicyServer(policy, cfg)
         server.placement = placement.as_record()
@@ -203,6 +217,7 @@ def _run_fleet(args: argparse.Namespace, cfg) -> int:
         replica_cpus=args.replica_cpus,
         replica_gpus=args.replica_gpus if args.replica_gpus is not None else (1.0 if args.device.startswith("cuda") else 0.0),
         drain_timeout_s=args.drain_timeout_s, threads=args.threads,
+        **{k: getattr(args, k) for k in ("scale_up_delay_s", "scale_down_delay_s") if getattr(args, k) is not None},
     ).check(cfg.max_robots)
     if cfg.port == 0:  # Serve's proxy needs a fixed port: take a free one of this machine
         import socket

@@ -40,6 +40,7 @@ from oxygen_gym.engine.batch import BatchScheduler
 from oxygen_gym.engine.slots import SlotPool
 from oxygen_gym.policies.inputs import ObservationError, check_aspect
 from oxygen_gym.policies.numeric_range import NonFiniteActionsError
+from oxygen_gym.policies.observation import served_observation
 
 from . import wire
 from .batch_loop import EngineBusy, EngineLoop, SessionClosed, SessionEngine, session_policy
@@ -139,7 +140,8 @@ def slots_per_robot(policy) -> int:
 
 
 class PolicyServer:
-    """Serves `template` (a `MultiTaskPolicy` in oxygen mode; it never acts itself) to many robots at once."""
+    """Serves `template` (a `MultiTaskPolicy` in oxygen mode; it never acts itself) to many robots at once: each
+    connection is a `PolicySession` of it (policies/policy_session.py) over this server's one engine and pool."""
 
     def __init__(self, template, config: ServeConfig) -> None:
         if template.mode != "oxygen":
@@ -150,8 +152,10 @@ class PolicyServer:
         kv = model.kv_layout  # any family: the engine seam says what a slot holds
         max_batch = config.max_robots if config.batching else 1
         num_slots = config.num_slots or config.max_robots * slots_per_robot(template)
+        # the one KV pool of every robot's requests (the template builds none of its own: its engine is made on first
+        # use, and it never runs a frame)
         self.pool = SlotPool(
-            num_slots, template.pool.capacity, layers=kv.layers, kv_heads=kv.kv_heads,
+            num_slots, template.pool_args["capacity"], layers=kv.layers, kv_heads=kv.kv_heads,
             head_dim=kv.head_dim, device=model.device, dtype=model.dtype, scratch_rows=max_batch,
         )
         self.scheduler = BatchScheduler(model, self.pool, num_steps=template.num_steps, prefill_rows=config.prefill_rows)
@@ -335,8 +339,8 @@ class PolicyServer:
             parsed = await loop.run_in_executor(self._threads, self._parse, sid, policy, message)
             if parsed[0] == "ctrl":
                 return wire.packb(await self._control(loop, policy, parsed[1], stats_bucket)), _CONTROL
-            _, obs, policy_obs, rtc = parsed
-            act = functools.partial(policy.act, policy_obs, **{k: v for k, v in rtc.items() if k != "estimated"})
+            _, obs, checked, rtc = parsed
+            act = functools.partial(policy.act, checked)  # checked once, in _parse: act() takes it as it is
             actions, updates = await loop.run_in_executor(self._threads, act)
             heads = actions if isinstance(actions, dict) else {policy.action_head: actions}
         except (wire.WireError, ObservationKeyError, ObservationError) as e:
@@ -381,14 +385,25 @@ class PolicyServer:
         return reply, _FRAME
 
     def _parse(self, sid: int, policy, message) -> tuple:
-        """One message decoded and checked (runs on a worker thread): ("ctrl", value) or ("frame", the decoded
-        observation, act()'s observation, its RTC arguments). Raises the named errors `_reply` answers with."""
+        """One message decoded and checked, every field once (runs on a worker thread): ("ctrl", value) or ("frame",
+        the decoded observation, act()'s `CheckedObservation` with its RTC arguments, those arguments). Raises the
+        named errors `_reply` answers with."""
         obs = wire.unpackb(message, self.config.max_message_bytes)
         if isinstance(obs, dict) and "__ctrl__" in obs:
             return "ctrl", obs["__ctrl__"]
         policy_obs = to_policy_obs(obs, policy.robot, self.config.default_prompt, self.config.limits)
         self._check_prompt_tokens(sid, policy_obs["prompt"])
-        return "frame", obs, policy_obs, self._rtc_arguments(sid, policy, obs)
+        rtc = self._rtc_arguments(sid, policy, obs)
+        try:
+            checked = served_observation(
+                policy_obs, policy.robot, heads=policy.action_heads, prev_actions=rtc.get("prev_actions"),
+                inference_delay=rtc.get("inference_delay", 0),
+            )
+        except ObservationError:
+            raise
+        except ValueError as e:  # a bare previous chunk for a several-head model
+            raise ObservationKeyError(str(e)) from None
+        return "frame", obs, checked, rtc
 
     def _rtc_arguments(self, sid: int, policy, obs: dict) -> dict:
         """act()'s real-time-chunking arguments from the request (none for openpi-client's plain requests)."""

@@ -6,11 +6,14 @@ between the shards that `oxygen-gym eval merge` combines; device, video and work
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oxygen_gym.engine.modes import USER_MODES
 from oxygen_gym.policies.task_args import TASK_PROMPTS, parse_decode_budget, parse_language_task  # noqa: F401 - used by the eval CLI
 from oxygen_gym.policies.checkpoints.overrides import ConventionOverrides
+
+if TYPE_CHECKING:
+    from oxygen_gym.policies.policy_config import PolicyConfig
 
 PROTOCOLS = ("openpi", "lerobot")
 MODES = USER_MODES  # oxygen_gym/engine/modes.py: the one definition
@@ -115,6 +118,22 @@ class EvalConfig:
 
         return ConventionOverrides(**{n: getattr(self, n) for n in CONVENTION_FIELDS},
                                    image_resize=get_sim(self.env).image_resize(self.protocol))
+
+    def policy_config(self) -> PolicyConfig:
+        """The policy this run evaluates, as the one record `from_pretrained` takes (policies/policy_config.py):
+        its tasks (with their adapters, the checkpoint's own), budget, mode, device, noise scale and conventions.
+        seed 0: a built-in model's weights are the same everywhere (episode seeds drive the sim)."""
+        from oxygen_gym.policies.language import LanguageTask
+        from oxygen_gym.policies.policy_config import PolicyConfig
+
+        adapters = sorted({t["adapter"] for t in self.language_tasks if t.get("adapter")}) or None
+        return PolicyConfig(
+            robot=self.robot, tasks=tuple(LanguageTask(**t) for t in self.language_tasks), adapters=adapters,
+            decode_budget=self.decode_budget, target_action_hz=self.target_action_hz, mode=self.mode,
+            device=self.device, dtype=self.dtype, seed=0,
+            noise_scale=self.noise_scale,  # None (the demo; run_eval resolves it first): the checkpoint's
+            conventions=self.overrides(),
+        )
 
     def result_fields(self) -> dict[str, Any]:
         return {k: _plain(getattr(self, k)) for k in RESULT_FIELDS}
@@ -257,6 +276,7 @@ def validate(cfg: EvalConfig) -> None:
         if cfg.live is not None:
             raise ValueError("--ensemble and --live: live execution merges chunks itself (--handover); give one")
     validate_live(cfg)
+    cfg.policy_config()  # the policy's own checks (policies/policy_config.py), on the record the run will build
 
 
 def validate_live(cfg: EvalConfig) -> None:

@@ -67,20 +67,9 @@ class EpisodeWorker:
             # before torch loads where it can: this process shares the machine with its simulator and with the
             # run's other shards (Ray sets each actor's OMP_NUM_THREADS to its CPUs, which the rule honours)
             self.placement = place(processes=cfg.shard[1], simulator=True, threads=cfg.threads)
-            import torch
+            from oxygen_gym import MultiTaskPolicy
 
-            from oxygen_gym import LanguageTask, MultiTaskPolicy
-
-            dtype = getattr(torch, cfg.dtype) if cfg.dtype else None  # a name of eval_config.DTYPES
-            # tasks' adapters are the checkpoint's own (adapters/<name>/), loaded by name
-            adapters = sorted({t["adapter"] for t in cfg.language_tasks if t.get("adapter")}) or None
-            self.policy = MultiTaskPolicy.from_pretrained(
-                cfg.checkpoint, robot=cfg.robot, tasks=[LanguageTask(**t) for t in cfg.language_tasks], adapters=adapters,
-                decode_budget=cfg.decode_budget, target_action_hz=cfg.target_action_hz, mode=cfg.mode,
-                device=cfg.device, dtype=dtype, seed=0,  # seed 0: a built-in model's weights are the same everywhere
-                noise_scale=cfg.noise_scale,  # None (the demo; run_eval resolves it first): the checkpoint's
-                **self.convention_kwargs(),
-            )
+            self.policy = MultiTaskPolicy.from_pretrained(cfg.checkpoint, config=cfg.policy_config())
             if cfg.ensemble is not None:
                 from oxygen_gym.policies.temporal_ensemble import TemporalEnsemble
 

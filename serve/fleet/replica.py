@@ -72,7 +72,9 @@ class FleetServer(PolicyServer):
         for sid in [s for s in self.frames_by_session if s not in self.sessions]:  # left: forget its count
             del self.frames_by_session[sid]
         frames = {str(s): n for s, n in self.frames_by_session.items()}
-        return {"replica": self.replica, **super().stats(), "session_frames": frames}
+        # the per-task LoRA adapters this replica's bank holds (each replica builds the template, adapters included)
+        adapters = getattr(getattr(self.template, "adapters", None), "names", [])
+        return {"replica": self.replica, **super().stats(), "session_frames": frames, "adapters": list(adapters)}
 
 
 def fleet_stats(answered_by: str, own: dict, board: dict[str, tuple[float, dict]], now: float, stale_after_s: float,

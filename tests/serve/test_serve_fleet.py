@@ -4,8 +4,10 @@ Two replicas of two robot seats each. Through Ray Serve's own HTTP proxy and req
 the same actions and language as the same robot served alone by one process; robots spread by free seats and each
 robot's frames all run on the replica it connected to (its replica id and session in the metadata, its frame count
 in that replica's /stats entry); the key, Host and Origin checks and the 503 of a full fleet hold at the Ray ingress.
-A replica killed mid-run (slow): its robots reconnect (RemotePolicy's retries) and go on, the others never notice,
-and no KV slot stays taken on the survivors.
+A replica killed mid-run (slow): Serve's proxy closes its robots' sockets with 1012 naming the replica and the
+language requests they lost (fleet/proxy_close.py; fast test of the middleware below), openpi's client raises it, our
+client reconnects (RemotePolicy's retries) and goes on, the others never notice, and no KV slot stays taken on the
+survivors. Scaling, draining and adapters: test_serve_fleet_scaling.py.
 """
 import functools
 import http.client
@@ -155,32 +157,45 @@ def test_fleet_openpi_robots_equal_alone_spread_pinned_and_guarded(fleet):
 
 
 @pytest.mark.slow
-def test_a_killed_replica_s_robots_reconnect_and_the_others_never_notice(fleet):
+def test_a_killed_replica_s_robots_get_1012_reconnect_and_the_others_never_notice(fleet):
+    from websockets.exceptions import ConnectionClosedError
+
     from oxygen_gym.serve.client import RemotePolicy
     from policy_obs import make_obs
 
     rng = np.random.default_rng(3)
-    robots = [RemotePolicy(fleet.uri, api_key=KEY, timeout_s=120, reconnects=20, backoff_s=0.5, max_backoff_s=2.0)
-              for _ in range(ROBOTS)]
+    openpi = WebsocketClientPolicy("127.0.0.1", fleet.port, api_key=KEY)  # first: a replica of its own for now
+    robots = [RemotePolicy(fleet.uri, api_key=KEY, timeout_s=120, reconnects=80, backoff_s=0.5, max_backoff_s=2.0)
+              for _ in range(ROBOTS - 1)]
     try:
+        openpi.infer(openpi_observation("libero", rng, "put the bowl on the plate"))
         for r in robots:
             r.act(make_obs("libero", rng))
-        victim = robots[0].metadata["replica"]
+        victim = openpi.get_server_metadata()["replica"]
         names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
                  if a["name"].startswith("SERVE_REPLICA::") and a["name"].endswith(victim)]
         assert len(names) == 1, names
         ray.kill(ray.get_actor(names[0], namespace="serve"), no_restart=True)
+        # openpi's client: an error naming the close code and what was lost, which its loop can act on
+        with pytest.raises(ConnectionClosedError) as closed:
+            openpi.infer(openpi_observation("libero", rng, "put the bowl on the plate"))
+        assert closed.value.rcvd.code == 1012
+        assert closed.value.rcvd.reason.startswith(f"replica {victim} gone: ")
         for _ in range(3):
             for r in robots:
                 actions, _ = r.act(make_obs("libero", rng))
                 assert actions.shape[0] > 0
         moved = [r for r in robots if r.reconnects]
         stayed = [r for r in robots if not r.reconnects]
-        assert len(moved) == 2 and len(stayed) == 2, [(r.reconnects, r.metadata["replica"]) for r in robots]
+        assert len(moved) == 1 and len(stayed) == 2, [(r.reconnects, r.metadata["replica"]) for r in robots]
         assert all(r.metadata["replica"] != victim for r in robots)
-        assert all(r.last_close[0] == 1006 for r in moved)  # Ray's proxy drops the socket: no close frame
-        assert all(r.lost_requests for r in moved)  # the narrate request the dead session had in flight
+        for r in moved:  # the proxy's close: the replica and the narrate request the dead session had in flight
+            n = len(r.lost_requests)
+            assert n >= 1 and r.last_close == (1012, f"replica {victim} gone: {n} unfinished language request"
+                                                     f"{'' if n == 1 else 's'} dropped; reconnect")
+        assert all(r.last_close is None for r in stayed)
     finally:
+        openpi._ws.close()
         for r in robots:
             r.close()
     stats = _wait_stats(fleet, lambda st: st["sessions"] == 0 and st["requests_in_flight"] == 0
@@ -208,3 +223,77 @@ def test_the_cluster_plan_seats_what_one_measured_replica_served_within_the_peri
            "load_before": [0, 0, 0]}
     assert "16 replicas like the one measured seats 4 robot(s) each" in markdown({"config": cfg, "points": [],
                                                                                    "plan": plan})
+
+
+def _run_middleware(events: list, client_disconnects: bool = False) -> list[dict]:
+    """Run `ReplicaLossClose` around an ASGI app that sends `events` (ASGI messages) and returns; what the robot's
+    side got."""
+    import asyncio
+
+    from oxygen_gym.serve.fleet.proxy_close import ReplicaLossClose
+
+    sent: list[dict] = []
+
+    async def inner(scope, receive, send):
+        for message in events:
+            if message == "receive":
+                await receive()
+            else:
+                await send(message)
+
+    async def receive():
+        return {"type": "websocket.disconnect", "code": 1000} if client_disconnects else {"type": "websocket.receive", "bytes": b"x"}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(ReplicaLossClose(inner)({"type": "websocket"}, receive, send))
+    return sent
+
+
+def _frame_reply(*updates) -> dict:
+    from oxygen_gym.serve import wire
+
+    language = [{"request_id": r, "task": "narrate", "frame": 0, "new_token_ids": [1], "new_text": "a", "text": "a",
+                 "done": done} for r, done in updates]
+    return {"type": "websocket.send", "bytes": wire.packb({"actions": np.zeros((2, 7), np.float32), "language": language})}
+
+
+def test_the_proxy_closes_a_lost_replica_s_robots_with_1012_and_what_they_lost():
+    """The proxy middleware: after an accept, a call that ends with no close from either side (the replica died)
+    gets 1012 naming the replica and the language requests unfinished in the replies it relayed; a replica's own
+    close, a robot that left, and plain HTTP pass untouched."""
+    from oxygen_gym.serve import wire
+    from oxygen_gym.serve.fleet.proxy_close import loss_reason
+
+    accept = {"type": "websocket.accept"}
+    metadata = {"type": "websocket.send", "bytes": wire.packb({"server": "oxygen-gym", "replica": "r7", "session": 0})}
+    sent = _run_middleware([accept, metadata, _frame_reply((1, False), (2, False)), _frame_reply((1, True), (3, False))])
+    assert sent[-1] == {"type": "websocket.close", "code": 1012,
+                        "reason": "replica r7 gone: 2 unfinished language requests dropped; reconnect"}
+    reset = {"type": "websocket.send", "bytes": wire.packb({"__ack__": "reset"})}
+    assert _run_middleware([accept, metadata, _frame_reply((1, False)), reset])[-1]["reason"].startswith(
+        "replica r7 gone: 0 unfinished")  # a reset drops the session's requests on purpose
+    own_close = {"type": "websocket.close", "code": 1001, "reason": "stopping"}
+    assert _run_middleware([accept, metadata, own_close]) == [accept, metadata, own_close]
+    assert _run_middleware([accept, "receive"], client_disconnects=True) == [accept]
+    assert _run_middleware([]) == []  # never accepted: Serve's own HTTP answer stands
+    assert len(loss_reason("x" * 200, 10**6).encode()) <= 123
+
+
+def test_autoscaling_options_reach_serve_and_bad_values_name_their_flag():
+    from oxygen_gym.serve.fleet.app import FleetOptions, deployment_options
+
+    cfg = ServeConfig(max_robots=4)
+    fixed = deployment_options(cfg, FleetOptions(replicas=3, drain_timeout_s=42).check(4))
+    assert fixed["num_replicas"] == 3 and "autoscaling_config" not in fixed
+    assert fixed["graceful_shutdown_timeout_s"] == 42
+    auto = deployment_options(cfg, FleetOptions(replicas=1, max_replicas=5, scale_up_delay_s=2, scale_down_delay_s=7).check(4))
+    assert "num_replicas" not in auto
+    assert auto["autoscaling_config"] == {"min_replicas": 1, "initial_replicas": 1, "max_replicas": 5,
+                                          "target_ongoing_requests": 2.0, "upscale_delay_s": 2, "downscale_delay_s": 7,
+                                          "look_back_period_s": 30.0}
+    for bad, flag in [(dict(max_replicas=1, replicas=2), "--max-replicas"), (dict(robots_per_replica=9), "--robots-per-replica"),
+                      (dict(scale_down_delay_s=-1), "--scale-down-delay-s"), (dict(drain_timeout_s=-1), "--drain-timeout-s")]:
+        with pytest.raises(ValueError, match=flag):
+            FleetOptions(**bad).check(4)
