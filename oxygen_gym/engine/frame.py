@@ -50,7 +50,7 @@ class FrameStats:
 @dataclass
 class FrameResult:
     head_actions: dict[str, torch.Tensor]  # per head, [1, horizon, action_dim], model space (empty: no head ran)
-    advanced: list[tuple[Request, list[int]]]  # every request that advanced, with this frame's new tokens
+    advanced: list[tuple[Request, list[int]]]  # this robot's requests that advanced, by request id, with their new tokens
     stats: FrameStats
 
     @property
@@ -63,7 +63,7 @@ class FrameResult:
 class FrameProgress:
     """What one frame has done so far; lives for one frame only (nothing per-frame is kept on the scheduler)."""
 
-    advanced: dict[Any, tuple[Request, list[int]]] = field(default_factory=dict)
+    advanced: dict[tuple[int, int], tuple[Request, list[int]]] = field(default_factory=dict)  # (session, request id)
     batch_sizes: list[int] = field(default_factory=list)
     on_actions: Callable[[dict[str, torch.Tensor]], None] | None = None
 
@@ -73,5 +73,11 @@ class FrameProgress:
             self.on_actions(actions)
         return actions
 
-    def record(self, key: Any, request: Request, token: int) -> None:
-        self.advanced.setdefault(key, (request, []))[1].append(token)
+    def record(self, request: Request, token: int) -> None:
+        self.advanced.setdefault((request.session, request.request_id), (request, []))[1].append(token)
+
+    def advanced_of(self, session: int) -> list[tuple[Request, list[int]]]:
+        """The requests of robot `session` that advanced, with their new tokens, by request id (an order that does not
+        depend on where slot moves put them)."""
+        mine = [v for (s, _), v in self.advanced.items() if s == session]
+        return sorted(mine, key=lambda v: v[0].request_id)

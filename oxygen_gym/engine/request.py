@@ -92,8 +92,9 @@ class RequestTable:
         return len(self.by_slot)
 
     def persist(self, request: Request) -> int:
-        """Give `request` the next slot; the caller then writes its KV there."""
-        request.slot = self.pool.allocate(request.request_id)
+        """Give `request` the next slot; the caller then writes its KV there. Each robot numbers its own requests from
+        0, so a slot's owner is the pair (session, request id)."""
+        request.slot = self.pool.allocate((request.session, request.request_id))
         self.by_slot.append(request)
         return request.slot
 

@@ -1,5 +1,15 @@
-"""One frame, per execution mode (modes.py). Read `_oxygen` top to bottom: prefill into a slot, fan the slot out to
-every action head, admit language requests, decode k steps for every in-flight request, evict the finished.
+"""One frame, per execution mode (modes.py), for one robot or several at once (batch.py, the server).
+
+Read `_oxygen` top to bottom: admit queued requests, prefill each robot's observation (a lone frame straight into its
+first new request's own slot when one is free, several robots' into contiguous scratch rows), fan the prefixes out to
+every action head as one batch, admit the new language requests (each gets a copy of its robot's prefix KV), decode k
+steps for the in-flight requests of exactly these robots, evict the finished. A lone policy's frame is a batch of one
+through this same path; `upper_bound` is it with each request cut to k tokens. The baselines (`isolated`, `shared`)
+have bodies of their own.
+
+What a robot gets does not depend on its companions: its rows never attend to another robot's rows (each prefix is
+its own cache row, masks follow each row's length), its requests advance k tokens per frame *of its own* (a robot
+absent from a batch is not decoded in it), and queued requests are admitted per robot, first in first out.
 
 The scheduler decides what runs; the runner (runner.py) decides how (eager or CUDA graph); the model is reached only
 through its engine interface (core/model_contract.py). Per-frame state lives in a `FrameProgress` made for that frame.
@@ -23,12 +33,18 @@ from .sampling import choose_tokens
 from .slots import SlotPool
 from .timing import StageTimer
 
+Actions = dict[str, torch.Tensor]  # per action head, a batch of chunks (row i: frame i)
+Noises = list[dict[str, torch.Tensor]]  # per frame, the noise of each head it denoises
+Body = Callable[[list[FrameInput], Noises, list[int], FrameProgress], Actions]
+
 
 class CapacityError(ValueError):
     """A request that can never fit a slot."""
 
 
 class FrameScheduler:
+    prefill_rows = 1  # frames per prefill call (BatchScheduler sets it per device)
+
     def __init__(
         self,
         model: EngineModel,
@@ -54,7 +70,7 @@ class FrameScheduler:
         self.total_queued = 0  # requests that ever had to wait for a slot
         if model.device.type == "cpu":
             tune_allocator()  # every frame frees and re-allocates its activations: keep them in the heap
-        self._bodies = {  # the mode table: what one frame does in each mode
+        self._bodies: dict[str, Body] = {  # the mode table: what one frame does in each mode
             "isolated": self._isolated,
             "shared": self._shared,
             "oxygen": self._oxygen,
@@ -62,14 +78,25 @@ class FrameScheduler:
         }
 
     # ------------------------------------------------------------------ public
-    def run(self, frame: FrameInput, k: int, on_actions: Callable[[dict[str, torch.Tensor]], None] | None = None) -> FrameResult:
+    def run(self, frame: FrameInput, k: int, on_actions: Callable[[Actions], None] | None = None) -> FrameResult:
         """One frame. `on_actions(head_actions)` is called as soon as the action heads finish, before the frame's
         language work (the actions can be dispatched while decoding runs: the OxyGen paper's Sec. 4.7)."""
-        return self._run(frame, k, self._bodies[self.mode], on_actions)
+        return self._run([frame], [k], self._bodies[self.mode], on_actions)[0]
 
     def run_language_only(self, frame: FrameInput) -> FrameResult:
         """Isolated language path alone (the `parallel` baseline's language worker); no action head runs."""
-        return self._run(frame, 0, self._language_only)
+        return self._run([frame], [0], self._language_only)[0]
+
+    def check_frame(self, frame: FrameInput) -> dict[str, torch.Tensor]:
+        """Raise (changing nothing) for a frame that can never run: a request of another session, one too long for a
+        slot, guidance that does not match the noise. Returns the noise per head the frame denoises."""
+        noise = frame.head_noise(self.heads)
+        check_guidance(frame.guidance, noise)
+        for r in frame.new_requests:
+            if r.session != frame.session:
+                raise ValueError(f"request {r.request_id} belongs to session {r.session}, not {frame.session}")
+            self._check_fits(r, frame.prefix, noise)
+        return noise
 
     def in_flight(self) -> list[Request]:
         return list(self.table.by_slot) + [r for r, _ in self.waiting]
@@ -81,49 +108,49 @@ class FrameScheduler:
     def steps_of(self, head: str) -> int:
         return self.num_steps or self.head_specs[head].num_steps
 
-    def _run(self, frame: FrameInput, k: int, body, on_actions=None) -> FrameResult:
-        noise = frame.head_noise(self.heads)  # the heads this frame denoises, resolved once
-        check_guidance(frame.guidance, noise)
-        for r in frame.new_requests:
-            self._check_fits(r, frame.prefix, noise)
+    def _run(self, frames: list[FrameInput], ks: list[int], body: Body, on_actions=None) -> list[FrameResult]:
+        """Check every frame, run `body` over them as one batch, and split its results per frame (row i = frame i)."""
+        noises = [self.check_frame(f) for f in frames]  # the heads each frame denoises, resolved once
+        if any(list(n) != list(noises[0]) for n in noises):
+            raise ValueError(f"frames of one batch must denoise the same heads, got {[list(n) for n in noises]}")
         self.timer.start_frame()
         progress = FrameProgress(on_actions=on_actions)
-        actions = body(frame, noise, k, progress)
-        return FrameResult(actions, list(progress.advanced.values()), self._stats(frame.frame, progress))
-
-    def _stats(self, frame: int, progress: FrameProgress) -> FrameStats:
+        actions = body(frames, noises, ks, progress)
         frame_ms, stage_ms = self.timer.read()
-        sizes = progress.batch_sizes
-        return FrameStats(frame, frame_ms, stage_ms, sizes, sum(sizes), len(self.table), len(self.waiting), self.pool.active)
+        out = []
+        for i, f in enumerate(frames):
+            advanced = progress.advanced_of(f.session)
+            stats = FrameStats(
+                f.frame, frame_ms, dict(stage_ms), list(progress.batch_sizes), sum(len(t) for _, t in advanced),
+                len(self.table), len(self.waiting), self.pool.active,
+            )
+            out.append(FrameResult({h: a[i : i + 1] for h, a in actions.items()}, advanced, stats))
+        return out
 
     # ------------------------------------------------------------------ modes
-    def _oxygen(self, frame: FrameInput, noise: dict[str, torch.Tensor], k: int, progress: FrameProgress) -> dict[str, torch.Tensor]:
-        self._admit_waiting()
-        slot, owner = self._frame_slot(frame.new_requests)
-        state = self._prefill(frame.prefix, slot)
-        actions = progress.actions_ready(self._fan_out(noise, slot, state, frame.guidance))
-        self._admit_new(frame, owner, slot, state)
-        self._decode(progress, steps=k)
+    def _oxygen(self, frames: list[FrameInput], noises: Noises, ks: list[int], progress: FrameProgress) -> Actions:
+        self._admit_waiting({f.session for f in frames})
+        actions = self._act_and_admit(frames, noises, progress)
+        self._decode(progress, {f.session: k for f, k in zip(frames, ks)})
         return actions
 
-    def _upper_bound(self, frame: FrameInput, noise: dict[str, torch.Tensor], k: int, progress: FrameProgress) -> dict[str, torch.Tensor]:
-        for r in frame.new_requests:
-            r.max_new_tokens = min(r.max_new_tokens, k)
-        return self._oxygen(frame, noise, k, progress)
+    def _upper_bound(self, frames: list[FrameInput], noises: Noises, ks: list[int], progress: FrameProgress) -> Actions:
+        for f, k in zip(frames, ks):
+            for r in f.new_requests:
+                r.max_new_tokens = min(r.max_new_tokens, k)
+        return self._oxygen(frames, noises, ks, progress)
 
-    def _shared(self, frame: FrameInput, noise: dict[str, torch.Tensor], k: int, progress: FrameProgress) -> dict[str, torch.Tensor]:
-        slot, owner = self._frame_slot(frame.new_requests)
-        state = self._prefill(frame.prefix, slot)
-        actions = progress.actions_ready(self._fan_out(noise, slot, state, frame.guidance))
-        self._admit_new(frame, owner, slot, state)
-        self._decode(progress, steps=None)
+    def _shared(self, frames: list[FrameInput], noises: Noises, ks: list[int], progress: FrameProgress) -> Actions:
+        actions = self._act_and_admit(frames, noises, progress)
+        self._decode(progress)
         while self.waiting:  # a pool smaller than the frame's task count: the rest run after, still this frame
-            self._admit_waiting()
-            self._decode(progress, steps=None)
+            self._admit_waiting({r.session for r, _ in self.waiting})
+            self._decode(progress)
         return actions
 
-    def _isolated(self, frame: FrameInput, noise: dict[str, torch.Tensor], k: int, progress: FrameProgress) -> dict[str, torch.Tensor]:
+    def _isolated(self, frames: list[FrameInput], noises: Noises, ks: list[int], progress: FrameProgress) -> Actions:
         """The baseline: every head gets its own prefill, then every request its own prefill and full decode."""
+        (frame,), (noise,) = frames, noises
         actions = {}
         for head, head_noise in noise.items():
             state = self._prefill(frame.prefix, self.pool.scratch)
@@ -132,7 +159,8 @@ class FrameScheduler:
         self._isolated_language(frame, progress)
         return actions
 
-    def _language_only(self, frame: FrameInput, noise: dict[str, torch.Tensor], k: int, progress: FrameProgress) -> dict[str, torch.Tensor]:
+    def _language_only(self, frames: list[FrameInput], noises: Noises, ks: list[int], progress: FrameProgress) -> Actions:
+        (frame,) = frames
         self._isolated_language(frame, progress)
         return {}
 
@@ -141,20 +169,42 @@ class FrameScheduler:
             with self._manager():
                 slot = self.table.persist(r)
             self._start(r, self._prefill(frame.prefix, slot), 0)
-            self._decode(progress, steps=None)
+            self._decode(progress)
 
     # ------------------------------------------------------------------ stages
-    def _prefill(self, inputs: Any, slot: int) -> PrefixState:
+    def _act_and_admit(self, frames: list[FrameInput], noises: Noises, progress: FrameProgress) -> Actions:
+        """One prefill per frame, every head denoised over all of them (actions handed out at once), then each
+        frame's new requests take slots holding its prefix (or queue)."""
+        row, owner = self._frame_rows(frames)
+        state = self._prefill_rows(frames, row)
+        actions = progress.actions_ready(self._fan_out(frames, noises, row, state))
+        for i, f in enumerate(frames):
+            self._admit_new(f, owner, row + i, state, i)
+        return actions
+
+    def _prefill(self, inputs: Any, row: int, rows: int = 1) -> PrefixState:
         with self.timer.stage("prefill"):
-            state = self.runner.prefill(slot, 1, inputs)
-        self.pool.lengths[slot] = state.host_lengths[0]
+            state = self.runner.prefill(row, rows, inputs)
+        self.pool.lengths[row : row + rows] = state.host_lengths
         return state
 
-    def _fan_out(
-        self, noise: dict[str, torch.Tensor], row: int, state: PrefixState, guidance: dict[str, Guidance]
-    ) -> dict[str, torch.Tensor]:
-        """Every action head named by the frame's noise reads the one prefix in `row`."""
-        return {head: self._denoise(head, row, state, x, guidance.get(head)) for head, x in noise.items()}
+    def _prefill_rows(self, frames: list[FrameInput], first: int) -> PrefixState:
+        """Prefill frame i into pool row `first + i`, `prefill_rows` frames per call."""
+        n, states = self.prefill_rows, []
+        for i in range(0, len(frames), n):
+            chunk = [f.prefix for f in frames[i : i + n]]
+            states.append(self._prefill(self.model.batch_prefix_inputs(chunk), first + i, len(chunk)))
+        return PrefixState.cat(states)
+
+    def _fan_out(self, frames: list[FrameInput], noises: Noises, first: int, state: PrefixState) -> Actions:
+        """Every head the frames' noise names denoises rows [first, first + len(frames)) as one batch; each row keeps
+        its own RTC guidance (rows without any: plain)."""
+        out = {}
+        for h in noises[0]:
+            x = torch.cat([n[h] for n in noises])
+            guidance = Guidance.cat([f.guidance.get(h) for f in frames], x.shape[1], x.shape[2])
+            out[h] = self._denoise(h, first, state, x, guidance)
+        return out
 
     def _denoise(
         self, head: str, row: int, state: PrefixState, noise: torch.Tensor, guidance: Guidance | None = None
@@ -176,44 +226,49 @@ class FrameScheduler:
         r.pending = r.prompt_ids[-1]
         self.pool.lengths[r.slot] = r.length
 
-    def _decode(self, progress: FrameProgress, steps: int | None) -> None:
-        """Decode `steps` tokens for every active request (None: until all are done). Finished requests leave
-        the batch right away, so the next step's batch is again the contiguous view [0, active)."""
-        step = 0
-        while len(self.table) and (steps is None or step < steps):
+    def _decode(self, progress: FrameProgress, steps: dict[int, int] | None = None) -> None:
+        """Decode step j batches the in-flight requests of the sessions with `steps[session] > j` (None: every request,
+        until all are done), gathered at the front of the pool so the step reads one contiguous view. Finished requests
+        leave the batch right away (the last slot moves into the hole)."""
+        j = 0
+        while True:
             with self._manager():
-                batch = self.table.fetch(self.model.device)
-            self._decode_step(batch, progress, lambda r: r.request_id)
-            step += 1
-
-    def _decode_step(self, batch, progress: FrameProgress, key) -> None:
-        """One decode step over `batch` (pool rows 0..size): token choice, bookkeeping under `key(request)`, evictions."""
-        with self.timer.stage("decode"):
-            logits = self.runner.decode_step(
-                batch.size, batch.last_tokens, batch.cache_index, batch.positions, adapters=batch.adapters
-            )
-            tokens = choose_tokens(logits, batch.requests)
-        with self._manager():
-            self.table.update(batch, tokens)
-            for r, t in zip(batch.requests, tokens):
-                progress.record(key(r), r, t)
-            self.table.evict_finished()
-        progress.batch_sizes.append(batch.size)
+                reqs = [r for r in self.table.by_slot if steps is None or steps.get(r.session, 0) > j]
+                if not reqs:
+                    return
+                self.table.move_to_front(reqs)
+                batch = self.table.fetch(self.model.device, len(reqs))
+            with self.timer.stage("decode"):
+                logits = self.runner.decode_step(
+                    batch.size, batch.last_tokens, batch.cache_index, batch.positions, adapters=batch.adapters
+                )
+                tokens = choose_tokens(logits, batch.requests)
+            with self._manager():
+                self.table.update(batch, tokens)
+                for r, t in zip(batch.requests, tokens):
+                    progress.record(r, t)
+                self.table.evict_finished()
+            progress.batch_sizes.append(batch.size)
+            j += 1
 
     # ------------------------------------------------------------------ admission
-    def _frame_slot(self, new: list[Request]) -> tuple[int, Request | None]:
-        """The slot this frame's prefill writes: the first new request's own slot if one is free, else scratch."""
+    def _frame_rows(self, frames: list[FrameInput]) -> tuple[int, Request | None]:
+        """The first row the frames' prefills write: a lone frame's first new request's own slot if one is free and
+        none of its robot's requests waits (no copy), else the scratch rows (contiguous: one batch to denoise)."""
+        new = frames[0].new_requests
         with self._manager():
-            if new and not self.waiting and self.pool.can_allocate():
+            if len(frames) == 1 and new and not self._queued(frames[0].session) and self.pool.can_allocate():
                 return self.table.persist(new[0]), new[0]
         return self.pool.scratch, None
 
-    def _admit_new(self, frame: FrameInput, owner: Request | None, slot: int, state: PrefixState) -> None:
+    def _admit_new(self, frame: FrameInput, owner: Request | None, row: int, state: PrefixState, i: int) -> None:
+        """The frame's new requests (prefilled into pool row `row`, row `i` of `state`) take slots, behind their
+        robot's queue if it has one; `owner` already holds the prefix in its own slot."""
         for r in frame.new_requests:
             if r is owner:
-                self._start(r, state, 0)
-                continue
-            self._admit_copy(r, frame.prefix, slot, state, 0, blocked=bool(self.waiting))
+                self._start(r, state, i)
+            else:
+                self._admit_copy(r, frame.prefix, row, state, i, blocked=self._queued(frame.session))
 
     def _admit_copy(self, r: Request, prefix: Any, src_row: int, state: PrefixState, i: int, blocked: bool) -> None:
         """Give `r` a slot holding a copy of pool row `src_row`'s prefix (row `i` of `state`), or queue it (FIFO, with
@@ -229,13 +284,21 @@ class FrameScheduler:
         if admitted:
             self._start(r, state, i)
 
-    def _admit_waiting(self) -> None:
-        """Queued requests (FIFO) take free slots before this frame's new ones; their prefix is prefilled again."""
-        while self.waiting and self.pool.can_allocate():
+    def _admit_waiting(self, sessions: set[int]) -> None:
+        """Queued requests of these robots take free slots before their frames' new ones (FIFO per robot); their
+        prefix is prefilled again, in the slot itself."""
+        while self.pool.can_allocate():
             with self._manager():
-                r, prefix_inputs = self.waiting.popleft()
+                nxt = next((i for i, (r, _) in enumerate(self.waiting) if r.session in sessions), None)
+                if nxt is None:
+                    return
+                r, prefix_inputs = self.waiting[nxt]
+                del self.waiting[nxt]
                 self.table.persist(r)
             self._start(r, self._prefill(prefix_inputs, r.slot), 0)
+
+    def _queued(self, session: int) -> bool:
+        return any(r.session == session for r, _ in self.waiting)
 
     def _manager(self):
         return self.timer.stage("manager")

@@ -9,6 +9,8 @@ every robot's observation in that contiguous block.
 """
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import torch
 
 from ..core.kv_view import KVCache
@@ -39,7 +41,7 @@ class SlotPool:
         self.cache = KVCache.empty(layers, rows, kv_heads, capacity, head_dim, device=device, dtype=dtype)
         self.active = 0
         self.lengths = [0] * rows  # valid cache positions per slot (for moves)
-        self.owner: list[int | None] = [None] * num_slots
+        self.owner: list[Hashable | None] = [None] * num_slots
 
     @property
     def capacity(self) -> int:
@@ -56,7 +58,7 @@ class SlotPool:
     def can_allocate(self, n: int = 1) -> bool:
         return self.active + n <= self.num_slots
 
-    def allocate(self, owner: int) -> int:
+    def allocate(self, owner: Hashable) -> int:
         """Take the next slot (always the end of the active range) for request `owner`."""
         if not self.can_allocate():
             raise RuntimeError("slot pool is full; callers must check can_allocate() and queue")
@@ -66,7 +68,7 @@ class SlotPool:
         self.lengths[slot] = 0
         return slot
 
-    def free(self, slot: int) -> tuple[int, int] | None:
+    def free(self, slot: int) -> tuple[Hashable, int] | None:
         """Release `slot`. If it was not the last active one, the last slot's KV moves into it.
 
         Returns `(moved_owner, new_slot)` when a move happened, so the owner's request can follow its KV.

@@ -65,7 +65,7 @@ def test_contiguous_no_leak_kv_follows_request(num_slots, operations):
         assert sorted(r.slot for r in live.values()) == list(range(pool.active))
         for r in live.values():
             assert table.by_slot[r.slot] is r
-            assert pool.owner[r.slot] == r.request_id
+            assert pool.owner[r.slot] == (r.session, r.request_id)
             assert pool.lengths[r.slot] == r.length
             assert torch.all(pool.cache.k[:, r.slot, :, : r.length] == r.request_id)
             assert torch.all(pool.cache.v[:, r.slot, :, : r.length] == -r.request_id)
