@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 from typing import Sequence
 
-from .rendering import use_headless_gl
+from .rendering import RenderCount, use_headless_gl
 
 use_headless_gl()
 
@@ -101,6 +101,7 @@ class AlohaEnv(gym.Env):
         self._steps = 0
         self._over = True
         self._last_images: dict[str, np.ndarray] | None = None
+        self.render_count = RenderCount()  # camera render seconds and images, for the episode's time split
 
     def _make_env(self):
         from dm_control import mujoco as dm_mujoco
@@ -177,8 +178,9 @@ class AlohaEnv(gym.Env):
         h, w = self.camera_size
         flags = {mujoco.mjtRndFlag.mjRND_SHADOW: False} if self.fast_render else None
         physics = self._env.physics
-        images = {name: physics.render(height=h, width=w, camera_id=CAMERAS[name], render_flag_overrides=flags)
-                  for name in self.cameras}
+        with self.render_count.timing(len(self.cameras)):
+            images = {name: physics.render(height=h, width=w, camera_id=CAMERAS[name], render_flag_overrides=flags)
+                      for name in self.cameras}
         self._last_images = images
         return {"images": images, "state": np.asarray(raw["qpos"], dtype=np.float32), "prompt": self.language}
 

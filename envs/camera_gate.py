@@ -10,10 +10,11 @@ always-rendering env gives.
 """
 from __future__ import annotations
 
-import time
 from typing import Callable, Sequence
 
 import numpy as np
+
+from .rendering import RenderCount
 
 
 class _GatedSensor:
@@ -26,22 +27,17 @@ class _GatedSensor:
     def __call__(self, obs_cache: dict):
         if not self.gate.is_open:
             return self.placeholder
-        t0 = time.perf_counter()
-        try:
+        with self.gate.timing(1):
             return self.real(obs_cache)
-        finally:
-            self.gate.render_s += time.perf_counter() - t0
-            self.gate.frames += 1
 
 
-class CameraGate:
+class CameraGate(RenderCount):
     """Opens and closes the camera sensors of one robosuite env. `render_s` and `frames` count the real renders
     (seconds, camera images) since the gate was made, for the episode's time split."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.is_open = True
-        self.render_s = 0.0
-        self.frames = 0
 
     def install(self, robosuite_env, observables: Sequence[str], shape: tuple[int, ...]) -> None:
         """Wrap each named camera observable's sensor (again after a hard reset, which makes new sensors)."""

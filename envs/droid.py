@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .rendering import disable_robosuite_antialiasing, make_robosuite_context_current, use_headless_gl
+from .rendering import RenderCount, disable_robosuite_antialiasing, make_robosuite_context_current, use_headless_gl
 
 use_headless_gl()
 
@@ -90,6 +90,7 @@ class DroidEnv(gym.Env):
         self._steps = 0
         self._over = True
         self._last_images: dict[str, np.ndarray] | None = None
+        self.render_count = RenderCount()  # camera render seconds and images, for the episode's time split
 
     @property
     def robosuite_env(self):
@@ -178,8 +179,9 @@ class DroidEnv(gym.Env):
         sim = self._sim.sim
         make_robosuite_context_current(sim)
         # robosuite renders in OpenGL's convention (bottom row first): flip to upright
-        images = {name: np.ascontiguousarray(sim.render(width=w, height=h, camera_name=cam)[::-1])
-                  for name, cam in self._camera_models.items()}
+        with self.render_count.timing(len(self._camera_models)):
+            images = {name: np.ascontiguousarray(sim.render(width=w, height=h, camera_name=cam)[::-1])
+                      for name, cam in self._camera_models.items()}
         self._last_images = images
         joints, closure = self.joint_state()
         state = np.concatenate([joints, [closure]]).astype(np.float32)

@@ -37,7 +37,8 @@ class EpisodeResult:
     wall_s: float = 0.0
     # where wall_s went, in seconds: reset (rebuild, settle steps and their render), physics (env steps less their
     # camera rendering), render (camera rendering during steps), policy (wall time of act()), other (the rest:
-    # wrappers, labels, video encoding); render is 0 and inside physics for envs that do not count it
+    # wrappers, labels, video encoding); render is 0 and inside physics for envs that do not count it (every env of
+    # this package counts it: their `render_count`, envs/rendering.py)
     time_s: dict[str, float] = field(default_factory=dict)
     frames_rendered: int | None = None  # camera images rendered during steps (None: the env does not count them)
     cpu_s: float = 0.0  # this process's CPU seconds over the episode: wall_s / cpu_s well above 1 means a shared CPU
@@ -169,7 +170,7 @@ def run_episode(
 
     if reset_policy and hasattr(policy, "reset"):
         policy.reset()
-    gate = getattr(env.unwrapped, "camera_gate", None)  # LIBERO counts its render seconds (camera_gate.py)
+    counter = getattr(env.unwrapped, "render_count", None)  # the env's render seconds and images (envs/rendering.py)
     t_start, cpu_start = time.perf_counter(), time.process_time()
     calls: list[PolicyCall] = []
     walls_ms: list[float] = []
@@ -183,8 +184,8 @@ def run_episode(
     try:
         obs, info = player.reset(seed=seed, options=options or None)
         reset_s = time.perf_counter() - t_start
-        if gate is not None:
-            render0, frames0 = gate.render_s, gate.frames
+        if counter is not None:
+            render0, frames0 = counter.render_s, counter.frames
         while max_steps is None or steps < max_steps:
             labels.append(info.get("subtask"))
             memory.append(info.get("memory"))
@@ -221,7 +222,7 @@ def run_episode(
     tokens = sum(c.tokens for c in calls)
     stage_keys = sorted({k for c in calls for k in c.stage_ms})
     env_ms = [r["env_ms"] for r in timer.records]
-    render_s = gate.render_s - render0 if gate is not None else 0.0
+    render_s = counter.render_s - render0 if counter is not None else 0.0
     split = {"reset": reset_s, "physics": sum(env_ms) / 1e3 - render_s, "render": render_s,
              "policy": sum(walls_ms) / 1e3}
     split["other"] = wall_s - sum(split.values())
@@ -245,7 +246,7 @@ def run_episode(
         env_ms_mean=float(np.mean(env_ms)) if env_ms else 0.0,
         wall_s=wall_s,
         time_s={k: round(v, 4) for k, v in split.items()},
-        frames_rendered=gate.frames - frames0 if gate is not None else None,
+        frames_rendered=counter.frames - frames0 if counter is not None else None,
         cpu_s=cpu_s,
         info=final_info,
         subtask_labels=labels if any(x is not None for x in labels) else [],

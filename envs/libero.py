@@ -20,8 +20,11 @@ from gymnasium import spaces  # noqa: E402
 from .protocols import LIBERO_SUITES, LIBERO_WAIT_ACTION, LiberoProtocol, get_libero_protocol  # noqa: E402
 from .spaces import camera_size as _camera_size  # noqa: E402
 from .spaces import EpisodeCounter, check_action, check_index, policy_observation_space, positive_int  # noqa: E402
+from oxygen_gym.policies.robots.libero_robot import LIBERO  # noqa: E402
 
-_CAMERAS = {"base": "agentview_image", "wrist": "robot0_eye_in_hand_image"}
+# the robot's cameras (policies/robots/libero_robot.py) -> robosuite's observable of each
+_ROBOSUITE_CAMERAS = {"base": "agentview_image", "wrist": "robot0_eye_in_hand_image"}
+_CAMERAS = {name: _ROBOSUITE_CAMERAS[name] for name in LIBERO.cameras}
 
 
 def load_suite(suite: str):
@@ -54,14 +57,17 @@ class LiberoEnv(gym.Env):
     Resets are LIBERO's hard reset (`info["reset"] == "hard"`), by default without rebuilding the simulation after
     the first (envs/libero_reset.py: the same observations, rewards, dones and success, byte for byte, several times
     faster); `rebuild_sim=True` rebuilds it every episode as LIBERO does; `fast_reset=True` is robosuite's soft reset
-    (`"fast"`: not the same episodes)."""
+    (`"fast"`: not the same episodes).
+
+    Each camera image leaves out the geoms that camera cannot see, directly or in the scene's mirror
+    (envs/render_cull.py): the same bytes for less rendering work; `cull_geoms=False` renders as robosuite does."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 20}
-    robot = "libero"
+    robot = LIBERO.name
     cameras = tuple(_CAMERAS)
-    state_dim = 8
-    action_dim = 7
-    control_dt = 0.05  # LIBERO's OffScreenRenderEnv steps its controller at control_freq 20 Hz
+    state_dim = LIBERO.state_dim
+    action_dim = LIBERO.action_dim
+    control_dt = 1.0 / LIBERO.control_hz  # LIBERO's OffScreenRenderEnv steps its controller at control_freq 20 Hz
 
     def __init__(
         self,
@@ -76,6 +82,7 @@ class LiberoEnv(gym.Env):
         label_subtasks: bool = False,
         render_on_request: bool = False,
         rebuild_sim: bool = False,
+        cull_geoms: bool = True,
     ) -> None:
         self.protocol = get_libero_protocol(protocol)
         bench = load_suite(suite)
@@ -99,6 +106,7 @@ class LiberoEnv(gym.Env):
         # rebuild_sim, from LIBERO's own rebuild every episode (slower; for checks and timing).
         self.fast_reset = bool(fast_reset)
         self.rebuild_sim = bool(rebuild_sim)
+        self.cull_geoms = bool(cull_geoms)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None or one of {self.metadata['render_modes']}, got {render_mode!r}")
         self.render_mode = render_mode
@@ -110,6 +118,7 @@ class LiberoEnv(gym.Env):
         self.render_on_request = bool(render_on_request)
         self._render_next = False
         self.camera_gate = CameraGate()  # counts render seconds in either mode (the episode's time split)
+        self.render_count = self.camera_gate
 
         self.observation_space = policy_observation_space(self.cameras, self.camera_size, self.state_dim)
         self.action_space = spaces.Box(-1.0, 1.0, shape=(self.action_dim,), dtype=np.float32)
@@ -194,6 +203,10 @@ class LiberoEnv(gym.Env):
                 sim.seed(scene_seed)
                 raw = sim.reset()
             self.camera_gate.install(sim.env, tuple(_CAMERAS.values()), (*self.camera_size, 3))
+            if self.cull_geoms and sim.sim._render_context_offscreen is not None:  # again after a rebuild: a new one
+                from .render_cull import CullingRender
+
+                CullingRender.install(sim.sim._render_context_offscreen)
             self.camera_gate.is_open = True
             if wait == 0:
                 self._set_cameras(True)

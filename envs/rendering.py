@@ -6,7 +6,10 @@ antialiasing and shadows are a large share of each frame (two LIBERO cameras too
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import time
+from collections.abc import Iterator
 
 
 def use_headless_gl() -> None:
@@ -36,3 +39,22 @@ def make_robosuite_context_current(sim) -> None:
     ctx = sim._render_context_offscreen
     if ctx is not None:
         ctx.gl_ctx.make_current()
+
+
+class RenderCount:
+    """Seconds spent rendering camera images, and how many, since it was made: the episode's time split
+    (envs/episode.py) subtracts them from the env's step time to tell physics from rendering."""
+
+    def __init__(self) -> None:
+        self.render_s = 0.0
+        self.frames = 0
+
+    @contextlib.contextmanager
+    def timing(self, frames: int) -> Iterator[None]:
+        """Count the block's wall time as rendering `frames` camera images."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.render_s += time.perf_counter() - t0
+            self.frames += frames

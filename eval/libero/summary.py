@@ -19,6 +19,7 @@ from .summary_stats import percentiles, t_interval
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
+TIME_PARTS = ("reset", "physics", "render", "policy", "other")  # run_episode's split of an episode (envs/episode.py)
 
 
 def _rate_block(ok: list[dict], seed_rates: dict[int, float]) -> dict:
@@ -56,17 +57,25 @@ def _speed(ok: list[dict]) -> dict:
         "frame_ms": percentiles(frame_ms, qs=(50, 90, 99)),
         "stage_ms": {k: sum(v) / len(v) for k, v in sorted(stages.items())},
         "episode_wall_s": percentiles([r.get("wall_s") for r in ok]),
-        "time_s": _time_split(ok),
+        "episode_split_s": _episode_split(ok),
     }
 
 
-def _time_split(ok: list[dict]) -> dict:
-    """Mean seconds per episode in each part of run_episode's wall-time split (reset, physics, render, ...)."""
-    parts: dict[str, list[float]] = defaultdict(list)
-    for r in ok:
-        for name, s in (r.get("time_s") or {}).items():
-            parts[name].append(float(s))
-    return {k: sum(v) / len(v) for k, v in parts.items()}
+def _episode_split(ok: list[dict]) -> dict | None:
+    """Where an episode's wall time goes (run_episode's `time_s`: reset, physics, render, policy, other), as
+    percentiles over episodes of each part's seconds, beside the episode's wall time, camera images rendered and CPU
+    seconds. The median is the headline: one slow first episode (the sim build) moves a mean, not a median.
+    None when no episode recorded a split (a live run)."""
+    split = [r for r in ok if r.get("time_s")]
+    if not split:
+        return None
+    parts = list(TIME_PARTS) + sorted({k for r in split for k in r["time_s"]} - set(TIME_PARTS))
+    out: dict = {part: percentiles([r["time_s"].get(part) for r in split]) for part in parts}
+    out["wall"] = percentiles([r.get("wall_s") for r in split])
+    frames = [r.get("frames_rendered") for r in split if r.get("frames_rendered") is not None]
+    out["frames_rendered"] = percentiles(frames) if frames else None
+    out["cpu"] = percentiles([r.get("cpu_s") for r in split])
+    return out
 
 
 def _held_out_split(ok: list[dict]) -> dict | None:
@@ -186,6 +195,21 @@ def _title(env: str) -> str:
         return env
 
 
+def render_episode_split(split: dict) -> str:
+    """The episode split as a table: one row per statistic, seconds per episode in each part."""
+    parts = [k for k in split if k not in ("wall", "frames_rendered", "cpu") and split[k]]
+    head = ["episode split, s"] + parts + ["wall", "CPU", "images rendered"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for stat in ("p50", "p5", "p95", "mean"):
+        row = [f"{split[k][stat]:.1f}" for k in parts]
+        row += [_num(split.get("wall"), stat), _num(split.get("cpu"), stat),
+                _num(split.get("frames_rendered"), stat, "{:.0f}")]
+        lines.append(f"| {'**median**' if stat == 'p50' else stat} | " + " | ".join(row) + " |")
+    n = split["wall"]["n"] if split.get("wall") else 0
+    return (f"Where an episode's time went ({n} episodes; a part's median is over episodes, so the medians need not "
+            "sum to the wall median):\n\n" + "\n".join(lines))
+
+
 def render_markdown(summary: dict, plots: list[str] | None = None) -> str:
     cfg = summary.get("config") or {}
     ep = summary["episodes"]
@@ -242,9 +266,9 @@ def render_markdown(summary: dict, plots: list[str] | None = None) -> str:
     if fm:
         lines += ["", f"Frame latency: p50 {fm['p50']:.1f} ms, p90 {fm['p90']:.1f} ms, p99 {fm['p99']:.1f} ms "
                       f"over {fm['n']} frames."]
-    if sp.get("time_s"):
-        lines += ["", "Mean episode wall time by part: " + ", ".join(f"{k} {v:.1f} s" for k, v in sp["time_s"].items())
-                  + "."]
+    split = sp.get("episode_split_s")
+    if split:
+        lines += ["", render_episode_split(split)]
     if sp.get("stage_ms"):
         lines += ["", "Mean per-stage ms per frame: " + ", ".join(f"{k} {v:.1f}" for k, v in sp["stage_ms"].items())
                   + "."]
