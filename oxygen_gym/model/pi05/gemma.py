@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from .config import GemmaDims
+from ..fused_linear import fused_linear
 from ..layers import AdaRMSNorm, GatedMLP, RMSNorm, apply_rope, grouped_attention, linear, write_kv
 
 
@@ -21,11 +22,18 @@ class GemmaAttention(nn.Module):
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """q `[B, H, T, D]`, k/v `[B, K, T, D]` with RoPE applied to q and k."""
         b, t, _ = x.shape
+        h, kh = self.dims.num_heads, self.dims.num_kv_heads
+        heads = fused_linear(x, self, (self.q_proj, self.k_proj, self.v_proj)).view(b, t, h + 2 * kh, -1).transpose(1, 2)
+        qk = apply_rope(heads[:, : h + kh], cos, sin)  # q and k rotate alike: one pass over both
+        return qk[:, :h], qk[:, h:], heads[:, h + kh :]
+
+    def kv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """k (with RoPE) and v `[B, K, T, D]` alone: what a layer whose outputs nobody reads must still cache."""
+        b, t, _ = x.shape
         d = self.dims.head_dim
-        q = linear(x, self.q_proj).view(b, t, -1, d).transpose(1, 2)
         k = linear(x, self.k_proj).view(b, t, -1, d).transpose(1, 2)
         v = linear(x, self.v_proj).view(b, t, -1, d).transpose(1, 2)
-        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+        return apply_rope(k, cos, sin), v
 
 
 class GemmaLayer(nn.Module):
@@ -73,6 +81,15 @@ class GemmaLayer(nn.Module):
             return x + out * g2.to(out.dtype)
         x = x + out
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def write_kv_only(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+                      v_cache: torch.Tensor, write_at: tuple | slice) -> None:
+        """Cache this layer's keys/values for `x` and skip its attention and MLP: the backbone's last layer when
+        nothing reads its output (an action-only prefill; language continues from the cache, not from it)."""
+        if self.adaptive:
+            raise ValueError("write_kv_only: the action expert's layers always feed the velocity")
+        k, v = self.self_attn.kv(self.input_layernorm(x), cos, sin)
+        write_kv(k_cache, v_cache, write_at, k, v)
 
 
 class GemmaStack(nn.Module):

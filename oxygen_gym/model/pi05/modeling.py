@@ -180,12 +180,14 @@ class PI05Model(nn.Module, EngineModel):
     def prefill_frame(self, cache: KVCache, inputs: PrefixInputs) -> PrefixState:
         """The engine's prefill: embed, then the backbone. 1D RoPE: a continuation starts at position = length."""
         prefix = self.embed_prefix(inputs.images, inputs.image_masks, inputs.tokens, inputs.token_masks)
-        self.prefill(cache, prefix)
+        self.prefill(cache, prefix, hidden=False)
         return PrefixState(prefix.lengths, prefix.lengths.clone())
 
     @torch.inference_mode()
-    def prefill(self, cache: KVCache, prefix: Prefix) -> torch.Tensor:
-        """Run the backbone over the prefix, writing KV into cache rows [0, L). Returns final-normed hidden."""
+    def prefill(self, cache: KVCache, prefix: Prefix, *, hidden: bool = True) -> torch.Tensor | None:
+        """Run the backbone over the prefix, writing KV into cache rows [0, L). Returns final-normed hidden, or with
+        `hidden=False` None: then the last layer only writes its K/V (its attention and MLP feed nothing but that
+        hidden state; the action expert and language decoding read the cache), 1/depth of the prefill saved."""
         x = prefix.embs
         b, length, _ = x.shape
         pos = torch.arange(length, device=x.device)[None].expand(b, length)
@@ -194,8 +196,13 @@ class PI05Model(nn.Module, EngineModel):
         if bool((prefix.lengths < length).any()):
             key_ok = torch.arange(length, device=x.device)[None] < prefix.lengths[:, None]
             mask = key_ok[:, None, :].expand(b, length, length)
-        for i, layer in enumerate(self.vlm.layers):
+        layers = self.vlm.layers if hidden else self.vlm.layers[:-1]
+        for i, layer in enumerate(layers):
             x = layer(x, cos, sin, cache.k[i], cache.v[i], slice(0, length), length, mask)
+        if not hidden:
+            last = len(self.vlm.layers) - 1
+            self.vlm.layers[last].write_kv_only(x, cos, sin, cache.k[last], cache.v[last], slice(0, length))
+            return None
         return self.vlm.norm(x)
 
     # ---------------------------------------------------------------- actions
@@ -332,7 +339,7 @@ class PI05Model(nn.Module, EngineModel):
             noise = torch.randn(tokens.shape[0], self.config.action_horizon, self.config.action_dim, device=self.device)
         prefix = self.embed_prefix(images, image_masks, tokens, token_masks)
         cache = self.new_cache(tokens.shape[0], prefix.max_len + noise.shape[1])
-        self.prefill(cache, prefix)
+        self.prefill(cache, prefix, hidden=False)
         return self.denoise(cache, prefix.lengths, noise, num_steps, guidance=guidance)
 
     # ---------------------------------------------------------------- language
