@@ -92,7 +92,7 @@ class Part:
 # ------------------------------------------------------------------------------------------------------------ plan
 def gpu_test_files() -> list[str]:
     """Test files that carry the `gpu` marker, so collection stays quick and still finds every gpu-marked test."""
-    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py") if GPU_MARK in p.read_text())
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py") if GPU_MARK in p.read_text())
 
 
 def bench_args(dry: bool, graphs: bool) -> list[str]:

@@ -93,29 +93,22 @@ def grouped_attention(
 ) -> torch.Tensor:
     """Multi-query / grouped attention without repeating keys.
 
-    q `[B, H, Tq, D]`, k/v `[B, K, Tk, D]`, mask bool `[B, Tq, Tk]` (True = may attend) or None. Query head j reads
-    KV head j // (H/K). Logits and softmax run in fp32. Returns `[B, Tq, H*D]`.
+    q `[B, H, Tq, D]`, k/v `[B, K, Tk, D]`, mask bool `[B, Tq, Tk]` (True = may attend) or None.
+    The H/K query heads that share a KV head are folded into the query axis, so one SDPA call reads each key
+    once. Logits and softmax run in fp32. Returns `[B, Tq, H*D]`.
 
-    One query token (a decode step) folds the H/K query heads that share a KV head into the query axis, so one SDPA
-    row block reads each key once. Several tokens (prefill, the action expert, task prompts) keep the heads apart
-    (`enable_gqa`): CPU flash attention then blocks per head with the mask broadcast, not copied H/K times, measured
-    1.1-1.8x faster at the 8:1 heads of pi0.5's shapes (the masked, batched case most), the same values bit for bit
-    there; the fold stays where it is faster, one query token.
+    Kept for several query tokens too: SDPA's `enable_gqa` (heads apart, the mask broadcast) was 1.1-1.8x faster at
+    pi0.5's 8:1 heads but not bit-identical at the shipped `libero-spatial`'s 4:1 heads, which changed its closed-loop
+    episodes (docs/benchmarks.md, "Against lerobot's PI05 on CPU").
     """
     b, h, tq, d = q.shape
     kh = k.shape[1]
-    dtype = q.dtype
-    if tq > 1:
-        m = None if mask is None else mask[:, None]
-        out = F.scaled_dot_product_attention(
-            q.float(), k.float(), v.float(), attn_mask=m, scale=1.0 / math.sqrt(d), enable_gqa=kh != h
-        )
-        return out.to(dtype).transpose(1, 2).reshape(b, tq, h * d)
     g = h // kh
     qf = q.reshape(b, kh, g * tq, d)  # head-major: index = (group, t)
     m = None
     if mask is not None:
         m = mask[:, None, None].expand(b, 1, g, tq, mask.shape[-1]).reshape(b, 1, g * tq, mask.shape[-1])
+    dtype = q.dtype
     out = F.scaled_dot_product_attention(qf.float(), k.float(), v.float(), attn_mask=m, scale=1.0 / math.sqrt(d))
     return out.to(dtype).reshape(b, h, tq, d).transpose(1, 2).reshape(b, tq, h * d)
 

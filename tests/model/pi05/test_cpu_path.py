@@ -1,5 +1,5 @@
 """The CPU path's shortcuts compute what the plain path computes: q/k/v as one matmul (model/fused_linear.py), the
-action-only prefill that skips the backbone's last attention and MLP, and grouped attention with the heads kept apart
+action-only prefill that skips the backbone's last attention and MLP, and grouped attention's head mapping
 (model/layers.py). Their speed is measured by `python -m oxygen_gym.eval.bench.lerobot_ratio`, not here."""
 import math
 
