@@ -7,6 +7,8 @@ same arithmetic with one call. Each output element is the same dot product, up t
 
 The concatenated weight is built on first use and cached per owning module, keyed by every source tensor's version
 and storage, so loading, casting or editing the originals in place rebuilds it instead of leaving a stale copy.
+The joined weight is a second copy of the q/k/v weights (not in the engine's held-memory figure), so only CPU
+calls fuse: there the per-call overhead it removes was measured; on a GPU the copy would be memory for no measured gain.
 Calls that must see the separate layers keep them: LoRA targets (lora_bank.py routes per-row updates through each
 layer), small-row calls on the oneDNN decode path (cpu_kernels.py: the row count alone picks a call's kernel), and
 autograd through trainable weights (training, adapter training).
@@ -37,6 +39,8 @@ def fused_linear(x: torch.Tensor, owner: nn.Module, layers: Sequence[nn.Linear])
 
 def _can_fuse(x: torch.Tensor, layers: Sequence[nn.Linear]) -> bool:
     first = layers[0].weight
+    if first.device.type != "cpu":  # the gain is a CPU call's fixed cost; elsewhere the joined copy is only memory
+        return False
     rows = x.numel() // x.shape[-1] if x.numel() else 0
     grad = torch.is_grad_enabled()
     has_bias = layers[0].bias is not None

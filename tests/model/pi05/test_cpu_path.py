@@ -36,6 +36,21 @@ def test_fused_linear_is_the_separate_linears_and_follows_weight_edits():
             assert torch.allclose(fused_linear(x, owner, layers), separate(x, layers), rtol=1e-6, atol=1e-6)
 
 
+def test_fused_linear_joins_weights_only_on_cpu():
+    """Off the CPU the separate calls run and no joined copy of the weights is kept (meta tensors stand in for a
+    device here: no GPU on this machine)."""
+    from oxygen_gym.model import fused_linear as module
+
+    owner, layers = three_linears(2, bias=False)
+    with torch.inference_mode():
+        fused_linear(torch.randn(3, 16), owner, layers)
+        assert owner in module._FUSED
+        meta_owner, meta_layers = three_linears(3, bias=False)
+        meta_owner.to("meta")
+        out = fused_linear(torch.empty(3, 16, device="meta"), meta_owner, meta_layers)
+    assert out.shape == (3, 40) and meta_owner not in module._FUSED
+
+
 def test_fused_linear_keeps_autograd_to_each_weight():
     owner, layers = three_linears(1, bias=True)
     owner.requires_grad_(True)
