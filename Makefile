@@ -10,7 +10,7 @@ APT_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libopengl0 libosmesa
 export MUJOCO_GL ?= egl
 export PYOPENGL_PLATFORM ?= egl
 
-.PHONY: demo test test-min install system-deps clean libero-spatial libero-spatial-memory
+.PHONY: demo test test-min install system-deps clean libero-spatial libero-spatial-memory libero-spatial-suite-data
 
 demo: install
 	$(BIN)/oxygen-gym demo
@@ -102,3 +102,17 @@ MEMORY_PROMPT ?= What did the robot do last?
 libero-spatial-memory: install
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/oxygen-gym train --adapter memory --label memory --prompt "$(MEMORY_PROMPT)" --rank 8 --data $(MEMORY_DATA) --steps 450 --batch-size 32 --balance-labels --threads 2 --out $(MEMORY_RUN)
 	rm -rf oxygen_gym/assets/libero-spatial/adapters/memory && mkdir -p oxygen_gym/assets/libero-spatial/adapters && cp -r $(MEMORY_RUN)/adapter oxygen_gym/assets/libero-spatial/adapters/memory
+
+# Demonstrations of all ten libero_spatial tasks for the suite model (issue 59; docs/libero-suite.md): perturbed
+# state-expert demos on fresh scenes (every official init state of every task held out), the cameras rendered every
+# second step as eval renders them (antialiased) and stored at the compact model's 96 px. Scenes go in blocks of 5
+# over all ten tasks, so a collection stopped anywhere covers every task; rerun to resume (attempts.jsonl). Keep
+# SUITE_DATA outside the work tree where the work tree is laid anew between sittings.
+SUITE_DATA ?= data/libero-spatial-suite
+SUITE_SCENES ?= 50
+SUITE_COLLECT := --suite libero_spatial --tasks 0-9 --variants 2 --perturb 0.15 --max-settle-cm 5 --release-xy-cm 2.5 \
+	--lift-speed 0.5 --no-fast-render --image-every 2 --image-size 96 --workers 2
+libero-spatial-suite-data: install
+	for a in $$(seq 0 5 $$(($(SUITE_SCENES) - 1))); do \
+		$(BIN)/oxygen-gym collect libero $(SUITE_COLLECT) --fresh-scenes $$a-$$(($$a + 4)) --out $(SUITE_DATA) || exit 1; \
+	done

@@ -94,7 +94,7 @@ class DemoDataset:
         state_norm, action_norm = (Normalizer("QUANTILES", {"q01": norm_stats[k].q01, "q99": norm_stats[k].q99})
                                    for k in ("state", "actions"))
         task_ids = task_prompt_ids(tokenizer, narrate_prompt)
-        n = sum(len(d) for d in demos)
+        n = sum(len(d.frame_steps) for d in demos)
         self.images = torch.empty(n, 2, size, size, 3, dtype=torch.uint8)
         self.tokens = torch.zeros(n, config.max_token_len, dtype=torch.int64)
         self.token_masks = torch.zeros(n, config.max_token_len, dtype=torch.bool)
@@ -109,9 +109,9 @@ class DemoDataset:
             actions = action_norm.normalize(demo.actions)
             kept = (predictable_chunk_lengths(demo.actions, demo.executed_actions, demo.subtasks, horizon)
                     if cut_chunks else np.full(len(demo), horizon))
-            for s in range(len(demo)):
-                self.images[i, 0] = torch.from_numpy(np.array(resize_with_pad(demo.agentview[s], size, size)))
-                self.images[i, 1] = torch.from_numpy(np.array(resize_with_pad(demo.wrist[s], size, size)))
+            for j, s in enumerate(demo.frame_steps.tolist()):  # a row per step with images (Demo.image_steps)
+                self.images[i, 0] = torch.from_numpy(np.array(resize_with_pad(demo.agentview[j], size, size)))
+                self.images[i, 1] = torch.from_numpy(np.array(resize_with_pad(demo.wrist[j], size, size)))
                 ids, mask = tokenize_prompt(tokenizer, language, state_norm.normalize(states[s]), config.max_token_len,
                                             config.discrete_state, config.state_pad_to)
                 self.tokens[i], self.token_masks[i] = torch.from_numpy(ids), torch.from_numpy(mask)

@@ -133,6 +133,10 @@ def to_lerobot(src: str, dst: Path) -> dict:
 
 def _add_episode(dataset, features: dict, demo, source: Path) -> None:
     episode = demo.attrs.get("episode", "?")
+    if demo.image_steps is not None:
+        raise FormatError(f"{source} demo {episode}: images of {len(demo.image_steps)} of its {len(demo)} steps "
+                          "(collected with --image-every); a LeRobotDataset holds every frame's images: collect with "
+                          "--image-every 1 to export")
     for key, feature in ((BASE, demo.agentview), (WRIST, demo.wrist)):
         if tuple(feature.shape[1:]) != features[key]["shape"]:
             raise FormatError(f"{source} demo {episode}: {key} frames are {feature.shape[1:]}, the dataset's "

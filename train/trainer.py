@@ -188,6 +188,7 @@ def _dataset_info(data: str, demos, out: Path | None = None) -> dict:
     tasks = sorted({str(d.attrs.get("task_name", "")) for d in demos})
     collects = [_collection_config(p, out) for p in data_paths(data)]
     return {"path": str(data), "demos": len(demos), "steps": int(sum(len(d) for d in demos)),
+            "rows": int(sum(len(d.frame_steps) for d in demos)),
             "init_states": inits, "scenes": scenes, "tasks": tasks,
             "collect": collects[0] if len(collects) == 1 else collects}
 
@@ -207,7 +208,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     collections = load_collections(cfg.data, need=("subtask",) if cfg.language_weight > 0 else ())
     source = {id(d): i for i, demos in enumerate(collections) for d in demos}
     demos, val_demos = split_by_scene([d for demos in collections for d in demos], cfg.val_scenes)
-    collection_rows = [sum(len(d) for d in demos if source[id(d)] == i) for i in range(len(collections))]
+    collection_rows = [sum(len(d.frame_steps) for d in demos if source[id(d)] == i) for i in range(len(collections))]
     sampler = RowSampler(collection_rows, cfg.data_mix)  # rows are stored in this order (demos are grouped by source)
     del collections, source
     if cfg.init:

@@ -40,6 +40,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--protocol", default="openpi", choices=["openpi", "lerobot"])
     parser.add_argument("--camera-size", type=int, default=None, help="render size (default: the protocol's)")
     parser.add_argument("--no-fast-render", action="store_true", help="antialiased rendering (about 2x slower)")
+    parser.add_argument("--image-every", type=int, default=1, metavar="N",
+                        help="render the cameras and store their images at every N-th step only (0, N, 2N, ...); the "
+                             "other steps run physics alone (a render is most of a step's time) and train no row. "
+                             "Default 1: every step")
+    parser.add_argument("--image-size", type=int, default=None, metavar="PX",
+                        help="store images resized with pad to PX square, as the policy resizes them (e.g. 96 for the "
+                             "compact config): the model's input exactly, at a seventh of the disk and memory of 256 "
+                             "px. Default: as rendered")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", required=True, help="folder for the HDF5 files, dataset.json and attempts.jsonl")
     parser.add_argument("--dagger", default=None, metavar="CHECKPOINT",
@@ -109,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
             fresh_scenes=parse_range(args.fresh_scenes, "--fresh-scenes") if args.fresh_scenes else (),
             variants=args.variants,
             noise_std=args.noise_std, protocol=args.protocol, camera_size=args.camera_size,
-            fast_render=not args.no_fast_render, workers=args.workers,
+            fast_render=not args.no_fast_render, image_every=args.image_every, image_size=args.image_size,
+            workers=args.workers,
             dagger_checkpoint=args.dagger, dagger_beta=args.dagger_beta, dagger_noise_scale=args.dagger_noise_scale,
             dagger_ensemble=args.dagger_ensemble,
             perturb_rate=args.perturb,

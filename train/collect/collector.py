@@ -76,6 +76,11 @@ class CollectConfig:
     protocol: str = "openpi"
     camera_size: int | None = None  # None = the protocol's render size
     fast_render: bool = True
+    # the cameras render every `image_every`-th step only (the rest run physics alone; a render is most of a step's
+    # time) and only those steps' images are stored (Demo.image_steps); 1: every step
+    image_every: int = 1
+    # images stored resized (with pad, as `policy.act` resizes them) to this many pixels square; None: as rendered
+    image_size: int | None = None
     fast_reset: bool = True  # soft reset, seeded per episode: a demo's scene depends on its key only, never on order
     max_steps: int | None = None  # None = the protocol's limit for the suite
     workers: int = 2
@@ -127,6 +132,14 @@ class CollectConfig:
                                  "with --dagger-beta 0 (an expert chunk would break the chunks' timeline)")
             check_decay(self.dagger_ensemble, "--dagger-ensemble")
         check_rate(self.perturb_rate)
+        if isinstance(self.image_every, bool) or not isinstance(self.image_every, int) or self.image_every < 1:
+            raise ValueError(f"--image-every must be an integer >= 1 (render every N-th step), got {self.image_every!r}")
+        if self.image_every > 1 and self.dagger_checkpoint is not None:
+            raise ValueError("--image-every > 1 renders some steps only, but a --dagger policy needs the cameras at "
+                             "every step it is asked; use --image-every 1 with --dagger")
+        if self.image_size is not None and (isinstance(self.image_size, bool) or not isinstance(self.image_size, int)
+                                            or not 8 <= self.image_size <= 1024):
+            raise ValueError(f"--image-size must be an integer in [8, 1024] pixels, got {self.image_size!r}")
         if self.perturb_rate and self.dagger_checkpoint is not None:
             raise ValueError("--perturb and --dagger both choose who drives; give one")
         if self.max_settle_m is not None:
@@ -193,13 +206,14 @@ def _env_for(cfg: CollectConfig, task_id: int):
 
     # every setting the env is built with: two collections in one process (tests, notebooks) must not share an env
     # built for the other's render size or step limit
-    key = (cfg.suite, task_id, cfg.protocol, cfg.camera_size, cfg.fast_render, cfg.fast_reset, cfg.max_steps)
+    key = (cfg.suite, task_id, cfg.protocol, cfg.camera_size, cfg.fast_render, cfg.fast_reset, cfg.max_steps,
+           cfg.image_every > 1)
     if _ENV.get("key") != key:
         if _ENV.get("env") is not None:
             _ENV["env"].close()
         _ENV["env"] = gym.make("oxygen_gym/LIBERO-v0", suite=cfg.suite, task_id=task_id, protocol=cfg.protocol,
                                camera_size=cfg.camera_size, fast_render=cfg.fast_render, fast_reset=cfg.fast_reset,
-                               max_steps=cfg.max_steps)
+                               max_steps=cfg.max_steps, render_on_request=cfg.image_every > 1)
         _ENV["key"] = key
     return _ENV["env"]
 
@@ -211,6 +225,8 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
     from oxygen_gym.envs.experts import PickPlaceExpert, SubtaskLabeller
     from oxygen_gym.envs.scene_memory import MemoryLabeller
     from oxygen_gym.envs.state_expert import StatePickPlaceExpert
+    from oxygen_gym.envs.wrappers import request_render
+    from oxygen_gym.model.image_resize import resize_with_pad
 
     place(processes=max(1, cfg.workers), simulator=True)  # engine/placement.py: 1 thread on a small share
     env = _env_for(cfg, key.task_id)
@@ -242,8 +258,12 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
             policy = TemporalEnsemble(policy, replan=replan, decay=cfg.dagger_ensemble)
         actor = MixedActor(policy, cfg.dagger_beta, replan, rng)
     steps: dict[str, list] = {k: [] for k in ("agentview", "wrist", "ee", "grip", "joints", "act", "exec", "states", "sub", "mem")}
+    def stored(image: np.ndarray) -> np.ndarray:
+        return image if cfg.image_size is None else resize_with_pad(image, cfg.image_size, cfg.image_size)
+
     done = False
     while not done:
+        step = len(steps["act"])
         state = obs["state"]
         action = expert(state)
         if actor is not None:
@@ -253,8 +273,9 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
             executed = action.copy()
             if key.variant > 0:
                 executed[:3] = np.clip(executed[:3] + rng.normal(0.0, cfg.noise_std, 3), -1, 1)
-        steps["agentview"].append(obs["images"]["base"])
-        steps["wrist"].append(obs["images"]["wrist"])
+        if step % cfg.image_every == 0:
+            steps["agentview"].append(stored(obs["images"]["base"]))
+            steps["wrist"].append(stored(obs["images"]["wrist"]))
         steps["ee"].append(state[:6])
         steps["grip"].append(state[6:8])
         steps["joints"].append(np.asarray(sim.robots[0]._joint_positions, np.float32))
@@ -263,6 +284,8 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
         steps["states"].append(sim.sim.get_state().flatten())
         steps["sub"].append(labeller(state[:3], state[6:8]))
         steps["mem"].append(memory(state[:3], state[6:8]))
+        if (step + 1) % cfg.image_every == 0:
+            request_render(env)  # a no-op when the env renders every step (image_every 1)
         obs, _, terminated, truncated, info = env.step(executed)
         done = terminated or truncated
     record = {"episode": key.name, **asdict(key), "success": bool(info["is_success"]), "steps": int(info["step"]),
@@ -284,6 +307,7 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
         joint_states=np.stack(steps["joints"]), actions=np.stack(steps["act"]).astype(np.float32),
         executed_actions=np.stack(steps["exec"]).astype(np.float32), states=np.stack(steps["states"]),
         subtasks=steps["sub"], memory=steps["mem"],
+        image_steps=None if cfg.image_every == 1 else np.arange(0, len(steps["act"]), cfg.image_every),
         attrs={**({"init_state": key.init_state} if key.scene is None else scene_attrs),
                "variant": key.variant, "episode": key.name,
                "noise_std": cfg.noise_std if key.variant and not isinstance(actor, MixedActor) else 0.0,
@@ -363,7 +387,8 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
         if old.get("dagger_open_confirm") is not None:  # an option taken out of the package (experiments/options/)
             raise ValueError(f"--out {out} was collected with --dagger-open-confirm, an option no longer in the package; "
                              "use another --out")
-        keep = ("suite", "variants", "noise_std", "protocol", "camera_size", "fast_render", "fast_reset", "max_steps",
+        keep = ("suite", "variants", "noise_std", "protocol", "camera_size", "fast_render", "image_every", "image_size",
+                "fast_reset", "max_steps",
                 "dagger_checkpoint", "dagger_beta", "dagger_noise_scale", "dagger_ensemble", "perturb_rate",
                 "max_settle_m",
                 "release_xy_m", "lift_speed", "place_height_m", "replan")

@@ -5,7 +5,8 @@
         actions (T, 7)         the expert's action at each step (the training target)
         dones, rewards (T,)
         states (T, S)          flattened MuJoCo states (LIBERO's replay format)
-        obs/agentview_rgb, obs/eye_in_hand_rgb (T, H, W, 3) uint8
+        obs/agentview_rgb, obs/eye_in_hand_rgb (T, H, W, 3) uint8; (K, H, W, 3) with obs/image_steps (K,), ours: the
+                               steps whose cameras were rendered (`collect --image-every`), the rest carry no image
         obs/ee_states (T, 6) = eef pos + axis-angle, obs/gripper_states (T, 2), obs/joint_states (T, 7)
       ours: executed_actions (T, 7) (differs from `actions` when collection injected noise), subtasks (T,) str,
             memory (T,) str (the memory task's answer, envs/scene_memory.py; absent in older collections)
@@ -44,9 +45,17 @@ class Demo:
     subtasks: list[str]
     attrs: dict = field(default_factory=dict)
     memory: list[str] = field(default_factory=list)  # the memory task's label per step; empty when not recorded
+    # the steps whose camera images are stored, increasing (`collect --image-every`: the cameras render every N-th
+    # step, the bulk of a collection's time); None: every step has its images
+    image_steps: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.actions)
+
+    @property
+    def frame_steps(self) -> np.ndarray:
+        """The step of each stored image pair, in order: what a training row can be built from."""
+        return np.arange(len(self)) if self.image_steps is None else self.image_steps
 
     @property
     def policy_state(self) -> np.ndarray:
@@ -78,9 +87,16 @@ def _open_for_append(path: str | Path, wait_s: float = LOCK_WAIT_S) -> h5py.File
 def write_demo(path: str | Path, name: str, demo: Demo, file_attrs: dict) -> None:
     """Append `demo` as `data/<name>` to the file at `path` (created if missing), flushed to disk before returning."""
     t = len(demo)
-    for key in ("agentview", "wrist", "ee_states", "gripper_states", "joint_states", "executed_actions", "states"):
+    for key in ("ee_states", "gripper_states", "joint_states", "executed_actions", "states"):
         if len(getattr(demo, key)) != t:
             raise ValueError(f"demo {name}: {key} has {len(getattr(demo, key))} steps, actions have {t}")
+    frames = demo.frame_steps
+    if demo.image_steps is not None and (len(frames) == 0 or frames[0] < 0 or frames[-1] >= t
+                                         or np.any(np.diff(frames) <= 0)):
+        raise ValueError(f"demo {name}: image_steps must be increasing steps in [0, {t}), got {frames.tolist()}")
+    for key in ("agentview", "wrist"):
+        if len(getattr(demo, key)) != len(frames):
+            raise ValueError(f"demo {name}: {key} has {len(getattr(demo, key))} images for {len(frames)} image steps")
     if len(demo.subtasks) != t:
         raise ValueError(f"demo {name}: {len(demo.subtasks)} subtask labels for {t} steps")
     if demo.memory and len(demo.memory) != t:
@@ -99,6 +115,8 @@ def write_demo(path: str | Path, name: str, demo: Demo, file_attrs: dict) -> Non
         obs.create_dataset("ee_states", data=demo.ee_states)
         obs.create_dataset("gripper_states", data=demo.gripper_states)
         obs.create_dataset("joint_states", data=demo.joint_states)
+        if demo.image_steps is not None:
+            obs.create_dataset("image_steps", data=np.asarray(demo.image_steps, np.int32))
         g.create_dataset("actions", data=demo.actions)
         g.create_dataset("executed_actions", data=demo.executed_actions)
         g.create_dataset("states", data=demo.states)
@@ -151,6 +169,7 @@ def read_demos(path: str | Path, names: list[str] | None = None) -> list[Demo]:
                 subtasks=subtasks,
                 attrs={k: g.attrs[k] for k in g.attrs},
                 memory=strings("memory") if "memory" in g else [],
+                image_steps=obs["image_steps"][()].astype(np.int64) if "image_steps" in obs else None,
             ))
     return out
 
