@@ -105,13 +105,15 @@ libero-spatial-memory: install
 
 # Demonstrations of all ten libero_spatial tasks for the suite model (issue 59; docs/libero-suite.md): perturbed
 # state-expert demos on fresh scenes (every official init state of every task held out), the cameras rendered every
-# second step as eval renders them (antialiased) and stored at the compact model's 96 px. Scenes go in blocks of 5
+# second step without antialiasing (half a render's cost; 0.6 grey levels from eval's antialiased images at 96 px,
+# docs/benchmarks.md, well inside the colour jitter the model trains with) and stored at the compact model's 96 px
+# (collect --image-every, --image-size). Scenes go in blocks of 5
 # over all ten tasks, so a collection stopped anywhere covers every task; rerun to resume (attempts.jsonl). Keep
 # SUITE_DATA outside the work tree where the work tree is laid anew between sittings.
 SUITE_DATA ?= data/libero-spatial-suite
 SUITE_SCENES ?= 50
 SUITE_COLLECT := --suite libero_spatial --tasks 0-9 --variants 2 --perturb 0.15 --max-settle-cm 5 --release-xy-cm 2.5 \
-	--lift-speed 0.5 --no-fast-render --image-every 2 --image-size 96 --workers 2
+	--lift-speed 0.5 --image-every 2 --image-size 96 --workers 2
 libero-spatial-suite-data: install
 	for a in $$(seq 0 5 $$(($(SUITE_SCENES) - 1))); do \
 		$(BIN)/oxygen-gym collect libero $(SUITE_COLLECT) --fresh-scenes $$a-$$(($$a + 4)) --out $(SUITE_DATA) || exit 1; \
