@@ -15,6 +15,10 @@ every image with culling against MuJoCo's own render.
 
 It works by hiding the culled geoms' group for one `mjv_updateScene` (the model's `geom_group`, restored right after),
 so MuJoCo builds the scene it always does, less those geoms, in the same order.
+
+The mirrored pass itself is skipped when no geom with reflectance is in view (the wrist camera, most of an
+episode): MuJoCo draws it through a stencil made of the reflecting face's own pixels, so with that face off screen it
+draws every triangle of the scene a second time for no pixel. The reflection flag is turned off for that one image.
 """
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ def _hidden_group(vopt) -> int | None:
 
 def _reflector(scn, ngeom: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
     """The plane MuJoCo's reflection pass mirrors in (mjr_render: the first non-transparent plane or box with
-    reflectance, a box by its +z face), as (point, unit normal, the face's 4 corners or None for a plane); None if
+    reflectance, a box by its +z face), as (point, unit normal, the box's 8 corners or None for a plane); None if
     there is none or the camera is behind it."""
     cam = scn.camera[0]
     head = np.asarray(cam.pos, dtype=np.float64)
@@ -52,11 +56,13 @@ def _reflector(scn, ngeom: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | No
             continue
         corners = None
         if int(g.type) == _REFLECTIVE_TYPES[1]:
-            pos = pos + g.size[2] * normal
+            # the stencil the mirrored pass draws through is the whole box as drawn, its sides too, not only the
+            # mirroring face: bound it by all 8 corners
+            sx, sy, sz = (float(x) for x in g.size[:3])
+            corners = np.array([pos + a * sx * mat[:, 0] + b * sy * mat[:, 1] + c * sz * mat[:, 2]
+                                for a in (-1.0, 1.0) for b in (-1.0, 1.0) for c in (-1.0, 1.0)])
+            pos = pos + sz * normal
             behind = float(np.dot(head - pos, normal)) < 0.0
-            sx, sy = float(g.size[0]), float(g.size[1])
-            corners = np.array([pos + a * sx * mat[:, 0] + b * sy * mat[:, 1]
-                                for a in (-1.0, 1.0) for b in (-1.0, 1.0)])
         return None if behind else (pos, normal, corners)
     return None
 
@@ -95,7 +101,7 @@ def _outside(centres: np.ndarray, radii: np.ndarray, cam, aspect: float,
 
 
 def _window(corners: np.ndarray, cam, aspect: float) -> tuple[float, float, float, float] | None:
-    """The slopes bounding the reflecting face on screen (the stencil the mirrored pass draws through), or None
+    """The slopes bounding the reflecting box on screen (the stencil the mirrored pass draws through), or None
     when a corner is not in front of the near plane (then the whole frustum counts)."""
     pos, axes, _ = _frame(cam, aspect)
     v = (corners - pos) @ axes.T
@@ -108,10 +114,40 @@ def _window(corners: np.ndarray, cam, aspect: float) -> tuple[float, float, floa
 def culled_geoms(model, data, vopt, pert, cam, scn, width: int, height: int) -> np.ndarray:
     """Model geom ids that contribute no pixel to this camera's image (see the module docstring). Runs
     `mjv_updateScene` once to read the camera and the scene MuJoCo would draw."""
+    return render_plan(model, data, vopt, pert, cam, scn, width, height)[0]
+
+
+def reflection_unseen(model, scn, width: int, height: int) -> bool:
+    """Whether the scene has mirrors (planes and boxes with reflectance: the geoms `mjr_render` reflects in; on
+    other geoms reflectance draws nothing) and none of them can give a pixel of this camera's image (each a model
+    geom whose bounding sphere lies outside the padded frustum): then the reflection flag changes no pixel. Reads
+    the scene `mjv_updateScene` last built."""
+    geom_obj = int(mujoco.mjtObj.mjOBJ_GEOM)
+    centres, radii = [], []
+    for i in range(scn.ngeom):
+        g = scn.geoms[i]
+        if g.reflectance <= 0 or int(g.type) not in _REFLECTIVE_TYPES:
+            continue
+        if int(g.objtype) != geom_obj or g.objid < 0 or model.geom_rbound[g.objid] <= 0:
+            return False  # a decoration or a plane (no bounding sphere): assume it is seen
+        centres.append(np.asarray(g.pos, dtype=np.float64))
+        radii.append(float(model.geom_rbound[g.objid]))
+    if not centres:
+        return False
+    return bool(np.all(_outside(np.asarray(centres), np.asarray(radii), scn.camera[0], width / height)))
+
+
+def render_plan(model, data, vopt, pert, cam, scn, width: int, height: int,
+                allow_skip: bool = True) -> tuple[np.ndarray, bool]:
+    """What this camera's image can leave out: the model geom ids that contribute no pixel, and whether the
+    mirrored pass can be skipped (`reflection_unseen`; the geoms are then culled by their direct image alone). Runs
+    `mjv_updateScene` once."""
     mujoco.mjv_updateScene(model, data, vopt, pert, cam, mujoco.mjtCatBit.mjCAT_ALL, scn)
     n = scn.ngeom
     if n == 0:
-        return np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), False
+    mirrored_pass = bool(scn.flags[mujoco.mjtRndFlag.mjRND_REFLECTION])
+    skip_mirror = allow_skip and mirrored_pass and reflection_unseen(model, scn, width, height)
     geom_obj = int(mujoco.mjtObj.mjOBJ_GEOM)
     ids, centres, keep = [], [], []
     for i in range(n):
@@ -124,20 +160,20 @@ def culled_geoms(model, data, vopt, pert, cam, scn, width: int, height: int) -> 
         centres.append(np.asarray(g.pos, dtype=np.float64))
         keep.append(must)
     if not ids:
-        return np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), skip_mirror
     ids_a = np.asarray(ids, dtype=np.int64)
     centres_a = np.asarray(centres)
     radii = np.asarray(model.geom_rbound[ids_a], dtype=np.float64)
     camera = scn.camera[0]
     hide = _outside(centres_a, radii, camera, width / height) & ~np.asarray(keep)
-    if scn.flags[mujoco.mjtRndFlag.mjRND_REFLECTION]:
+    if mirrored_pass and not skip_mirror:
         plane = _reflector(scn, n)
         if plane is not None:
             point, normal, corners = plane
             mirrored = centres_a - 2.0 * ((centres_a - point) @ normal)[:, None] * normal[None, :]
             window = _window(corners, camera, width / height) if corners is not None else None
             hide &= _outside(mirrored, radii, camera, width / height, window)
-    return ids_a[hide]
+    return ids_a[hide], skip_mirror
 
 
 class CullingRender:
@@ -151,6 +187,8 @@ class CullingRender:
         self.original = ctx.render
         self.enabled = True
         self.group = _hidden_group(ctx.vopt)
+        self.skip_mirror = True  # False: always draw the mirrored pass (the culling before it was skipped; profiling)
+        self.mirror_skips = 0  # images drawn without the mirrored pass (no reflecting surface in view)
 
     @classmethod
     def install(cls, ctx) -> CullingRender:
@@ -170,12 +208,18 @@ class CullingRender:
             return self.original(width, height, camera_id=camera_id, segmentation=segmentation)
         ctx.cam.type = mujoco.mjtCamera.mjCAMERA_FREE if camera_id == -1 else mujoco.mjtCamera.mjCAMERA_FIXED
         ctx.cam.fixedcamid = camera_id
-        hide = culled_geoms(model, ctx.data._data, ctx.vopt, ctx.pert, ctx.cam, ctx.scn, width, height)
-        if hide.size == 0:
+        hide, skip_mirror = render_plan(model, ctx.data._data, ctx.vopt, ctx.pert, ctx.cam, ctx.scn, width, height,
+                                        self.skip_mirror)
+        self.mirror_skips += skip_mirror
+        if hide.size == 0 and not skip_mirror:
             return self.original(width, height, camera_id=camera_id, segmentation=segmentation)
         saved = model.geom_group[hide].copy()
         model.geom_group[hide] = self.group
+        if skip_mirror:
+            ctx.scn.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
         try:
             return self.original(width, height, camera_id=camera_id, segmentation=segmentation)
         finally:
             model.geom_group[hide] = saved
+            if skip_mirror:
+                ctx.scn.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 1

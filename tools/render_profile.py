@@ -1,7 +1,8 @@
 """Where one LIBERO camera image's time goes on this machine, and what each render setting costs and changes. Not in CI.
 
-`baseline` is LiberoEnv's default render (geoms no camera sees culled, envs/render_cull.py); `no-cull` is robosuite's
-own. The others change one setting each on top of the baseline (those joined with + several).
+`baseline` is LiberoEnv's default render (geoms no camera sees culled, and the mirrored pass skipped when no mirror
+is in view, envs/render_cull.py); `no-cull` is robosuite's own; `no-mirror-skip` culls geoms but always draws the
+mirrored pass. The others change one setting each on top of the baseline (those joined with + several).
 
     python tools/render_profile.py                          # libero_spatial task 0, both cameras, every variant
     python tools/render_profile.py --task 4 --rounds 5 --variants baseline,no-reflection
@@ -30,7 +31,7 @@ import sys
 import time
 
 CAMERAS = ("agentview", "robot0_eye_in_hand")
-VARIANTS = ("baseline", "no-cull", "buffer-256", "no-skybox", "no-haze", "no-shadow-flag", "no-reflection", "no-msaa",
+VARIANTS = ("baseline", "no-cull", "no-mirror-skip", "buffer-256", "no-skybox", "no-haze", "no-shadow-flag", "no-reflection", "no-msaa",
             "px-128",
             "px-96", "no-msaa+no-reflection", "no-msaa+px-96", "no-msaa+no-reflection+px-96")
 
@@ -64,6 +65,7 @@ class Renderer:
                "no-reflection": F.mjRND_REFLECTION}
         if self.culling is not None:
             self.culling.enabled = "no-cull" not in parts
+            self.culling.skip_mirror = "no-mirror-skip" not in parts
         for i, v in enumerate(self.flags0):
             self.ctx.scn.flags[i] = v
         for p in parts & set(off):
@@ -153,11 +155,18 @@ def profile(args) -> dict:
     from oxygen_gym.model.pi05.prompt import resize_with_pad
 
     env = LiberoEnv(args.suite, args.task, protocol="openpi", camera_size=args.camera_size, render_on_request=True)
-    env.reset(seed=env.protocol.seed, options={"init_state": 0})
+    obs, _ = env.reset(seed=env.protocol.seed, options={"init_state": 0})
     size = env.camera_size[0]
-    rng = np.random.default_rng(0)
-    for _ in range(5):
-        env.step(rng.uniform(-0.2, 0.2, 7).astype(np.float32))
+    if args.expert_steps is None:
+        rng = np.random.default_rng(0)
+        for _ in range(5):
+            env.step(rng.uniform(-0.2, 0.2, 7).astype(np.float32))
+    else:  # a state on the way to success: the state expert's collection settings (Makefile SUITE_COLLECT)
+        from oxygen_gym.envs.state_expert import StatePickPlaceExpert
+
+        expert = StatePickPlaceExpert(env.libero_env.env, 0.025, 0.5, None)
+        for _ in range(args.expert_steps):
+            obs = env.step(expert(obs["state"]))[0]
     sim = env.libero_env.sim
     r = Renderer(sim)
     model = r.model
@@ -234,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", default=None, help=f"comma separated (default all: {','.join(VARIANTS)})")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds over the variants (default 3)")
     p.add_argument("--repeats", type=int, default=2, help="images per camera per variant per round (default 2)")
+    p.add_argument("--expert-steps", type=int, default=None, metavar="N",
+                   help="profile the state the state expert reaches after N steps (default: 5 small random steps)")
     p.add_argument("--steps", type=int, default=6, help="env steps timed each way in the step split (default 6)")
     p.add_argument("--lp-threads", default=None,
                    help="comma separated LP_NUM_THREADS values: one child process each, variants as given")
