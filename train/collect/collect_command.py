@@ -89,6 +89,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="hdf5 (default): LIBERO's HDF5 layout only; lerobot: also a LeRobotDataset (v3.0, images "
                              "in parquet) in OUT/lerobot, rebuilt from the HDF5 files when the run ends (the HDF5 files "
                              "stay the resumable record: sim states for --relabel)")
+    parser.add_argument("--report", action="store_true",
+                        help="collect nothing: print what the collection in --out did per task (expert success on kept "
+                             "scenes, rejected scenes, steps, worker time) from its attempts.jsonl "
+                             "(train/collect/attempt_report.py)")
     parser.add_argument("--relabel", action="store_true",
                         help="collect nothing: recompute the subtask and memory labels of the demos in --out from "
                              "their recorded sim states (train/collect/relabel.py)")
@@ -103,6 +107,15 @@ def _init_states(args: argparse.Namespace) -> tuple[int, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.report:
+        from .attempt_report import attempt_records, attempt_report, format_report
+
+        try:
+            print(format_report(attempt_report(attempt_records(args.out))))
+        except ValueError as e:
+            print(f"oxygen-gym collect: {e}", file=sys.stderr)
+            return 2
+        return 0
     if args.relabel:
         from .relabel import relabel
 
