@@ -97,7 +97,11 @@ def test_shared_kv_equals_isolated(isolated, mode, graphs, request):
     ref_acts, ref_texts = isolated
     acts, texts = _run(mode)
     for f, (a, b) in enumerate(zip(acts, ref_acts, strict=True)):
-        np.testing.assert_array_equal(a, b, err_msg=f"{mode} frame {f}")
+        if graphs:  # the static denoise body reads the full cache capacity under a mask: another summation order, so
+            # not bit-exact on every CPU (measured max abs 7.7e-7 on an AVX-512 EPYC, 0 on the machines before); ~4x
+            np.testing.assert_allclose(a, b, rtol=0, atol=3e-6, err_msg=f"{mode} frame {f}")
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=f"{mode} frame {f}")
     assert sorted(texts) == sorted(ref_texts)
     for rid, (ids, done) in texts.items():
         ref_ids, ref_done = ref_texts[rid]
