@@ -10,7 +10,7 @@ APT_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libopengl0 libosmesa
 export MUJOCO_GL ?= egl
 export PYOPENGL_PLATFORM ?= egl
 
-.PHONY: demo test test-min install system-deps clean libero-spatial libero-spatial-memory libero-spatial-suite-data
+.PHONY: demo test test-min install system-deps clean libero-spatial libero-spatial-memory libero-spatial-suite-data libero-spatial-suite-model
 
 demo: install
 	$(BIN)/oxygen-gym demo
@@ -118,3 +118,11 @@ libero-spatial-suite-data: install
 	for a in $$(seq 0 5 $$(($(SUITE_SCENES) - 1))); do \
 		$(BIN)/oxygen-gym collect libero $(SUITE_COLLECT) --fresh-scenes $$a-$$(($$a + 4)) --out $(SUITE_DATA) || exit 1; \
 	done
+
+# The suite model from that data (issue 59, not yet shipped): the task-0 recipe's training (TRAIN_FLAGS) with fresh
+# scenes 0-1 of every task held out for checkpoint choice; resumes when rerun. The model lands in $(SUITE_RUN)/model.
+SUITE_RUN ?= runs/train-libero-spatial-suite
+SUITE_STEPS ?= 10000
+libero-spatial-suite-model: install
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/oxygen-gym train --data $(SUITE_DATA) --config compact --steps $(SUITE_STEPS) \
+		$(filter-out --val-scenes 0-3,$(TRAIN_FLAGS)) --val-scenes 0-1 --out $(SUITE_RUN)

@@ -451,12 +451,15 @@ class HealthPoller(threading.Thread):
     def __init__(self, port: int, timeout_s: float = 10.0) -> None:
         super().__init__(daemon=True)
         self.port, self.timeout_s = port, timeout_s
-        self.samples: list[tuple[float, float | None]] = []  # (when it was sent, latency ms or None)
+        # (when it was sent, when it ended, latency ms or None)
+        self.samples: list[tuple[float, float, float | None]] = []
+        self.in_flight_since: float | None = None  # the send time of the poll awaiting its reply
         self.halt = threading.Event()
 
     def run(self) -> None:
         while not self.halt.is_set():
             t0, ms = time.monotonic(), None
+            self.in_flight_since = t0
             try:
                 c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout_s)
                 c.request("GET", "/healthz", headers={"Host": "127.0.0.1"})
@@ -465,11 +468,19 @@ class HealthPoller(threading.Thread):
                 c.close()
             except OSError:
                 pass
-            self.samples.append((t0, ms))
+            self.samples.append((t0, time.monotonic(), ms))
+            self.in_flight_since = None
             self.halt.wait(HEALTHZ_EVERY_S)
 
     def between(self, t0: float, t1: float) -> dict:
-        got = [ms for t, ms in list(self.samples) if t0 <= t < t1]
+        """The polls that saw the server between t0 and t1: sent before t1 and answered (or failed) after t0. A poll
+        still in flight at t1 is waited for (up to its timeout): on a loaded machine one slow reply can span a
+        whole short phase, and it is that phase's measurement."""
+        deadline = time.monotonic() + self.timeout_s + 1.0
+        while (self.in_flight_since is not None and self.in_flight_since < t1 and not self.halt.is_set()
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
+        got = [ms for sent, ended, ms in list(self.samples) if sent < t1 and ended >= t0]
         ok = [ms for ms in got if ms is not None]
         out = {"polls": len(got), "failures": len(got) - len(ok)}
         if ok:
