@@ -37,6 +37,14 @@ def _rate_block(ok: list[dict], seed_rates: dict[int, float]) -> dict:
     return block
 
 
+def _task_block(t_ok: list[dict]) -> dict:
+    """One task's success (with the Student-t interval over its seeds' rates) and its narration and memory
+    accuracy: suite results are reported per task, and a suite mean can hide a task the policy never solves."""
+    block = _rate_block(t_ok, _seed_rates(t_ok))
+    block["narration"], block["memory"] = _narration(t_ok), _narration(t_ok, "memory_accuracy")
+    return block
+
+
 def _seed_rates(ok: list[dict]) -> dict[int, float]:
     by_seed: dict[int, list[bool]] = defaultdict(list)
     for r in ok:
@@ -138,12 +146,8 @@ def summarize(records: Iterable[dict], config: dict | None = None, expected: int
         suite_seed_rates[suite] = _seed_rates(s_ok)
         block = _rate_block(s_ok, suite_seed_rates[suite])
         block["errors"] = sum(r["suite"] == suite for r in errors)
-        block["tasks"] = {
-            str(t): {"episodes": len(t_ok), "successes": sum(bool(r["success"]) for r in t_ok),
-                     "success_rate": (sum(bool(r["success"]) for r in t_ok) / len(t_ok)) if t_ok else None}
-            for t in sorted({int(r["task_id"]) for r in s_ok})
-            for t_ok in [[r for r in s_ok if int(r["task_id"]) == t]]
-        }
+        block["tasks"] = {str(t): _task_block([r for r in s_ok if int(r["task_id"]) == t])
+                          for t in sorted({int(r["task_id"]) for r in s_ok})}
         per_suite[suite] = block
 
     # a seed's overall rate: mean of its suite rates, over the suites where that seed has episodes
@@ -195,6 +199,18 @@ def _title(env: str) -> str:
         return env
 
 
+def render_task_table(suites: dict) -> str:
+    """Per task: success, episodes, the seed mean with its 95% t-interval, narration and memory accuracy."""
+    lines = ["| suite | task | success | episodes | seed mean ± 95% CI (t) | narration | memory |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for suite, b in suites.items():
+        for task, t in (b.get("tasks") or {}).items():
+            acc = [_pct(t[k]["accuracy"]) if t.get(k) else "n/a" for k in ("narration", "memory")]
+            lines.append(f"| {suite} | {task} | {_pct(t['success_rate'])} | {t['episodes']} | {_ci(t)} | {acc[0]} | "
+                         f"{acc[1]} |")
+    return "\n".join(lines)
+
+
 def render_episode_split(split: dict) -> str:
     """The episode split as a table: one row per statistic, seconds per episode in each part."""
     parts = [k for k in split if k not in ("wall", "frames_rendered", "cpu") and split[k]]
@@ -228,6 +244,8 @@ def render_markdown(summary: dict, plots: list[str] | None = None) -> str:
         lines.append(f"| {suite} | {_pct(b['success_rate'])} | {b['episodes']} | {b['errors']} | {_ci(b)} |")
     o = summary["overall"]
     lines.append(f"| **overall** | **{_pct(o['success_rate'])}** | {o['episodes']} | {o['errors']} | {_ci(o)} |")
+    if any(len(b.get("tasks") or {}) > 1 for b in summary["suites"].values()):
+        lines += ["", render_task_table(summary["suites"])]
     held = summary.get("held_out")
     if held:
         lines += ["", f"| {held.get('starts', 'init states')} | success | episodes |", "| --- | --- | --- |"]

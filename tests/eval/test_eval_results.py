@@ -229,3 +229,28 @@ def test_a_folder_run_with_a_removed_option_is_not_resumed_or_merged(tmp_path, k
     refuse_removed_options({key: None}, "--out x")  # recorded, but off: fine
     with pytest.raises(ResultsError, match=f"--out x was run with {flag}"):
         refuse_removed_options({key: 2}, "--out x")
+
+
+def test_each_task_reports_its_seed_interval_narration_and_memory():
+    """Suite results are read per task: task 1 here fails on seed 8 only, and its interval must say so; narration and
+    memory are pooled over that task's frames alone."""
+    from oxygen_gym.eval.libero.summary import render_markdown
+
+    acc = lambda c, n: {"frames": n, "correct": c, "accuracy": c / n}  # noqa: E731
+    records = []
+    for seed in (7, 8):
+        for ep in range(2):
+            records.append(rec(task=0, seed=seed, ep=ep, narration_accuracy=acc(9, 10), memory_accuracy=acc(8, 10)))
+            records.append(rec(task=1, seed=seed, ep=ep, success=seed == 7, narration_accuracy=acc(1, 10)))
+    s = summarize(records)
+    t0, t1 = s["suites"]["libero_spatial"]["tasks"]["0"], s["suites"]["libero_spatial"]["tasks"]["1"]
+    assert (t0["success_rate"], t0["seed_success_rates"], t0["ci95_half_width"]) == (1.0, {"7": 1.0, "8": 1.0}, 0.0)
+    assert t1["seed_success_rates"] == {"7": 1.0, "8": 0.0} and t1["seed_mean"] == 0.5
+    assert t1["ci95_half_width"] == pytest.approx(6.353102, abs=1e-5)  # s/sqrt(2) = 0.5, t(0.975, 1) = 12.7062
+    assert t0["narration"]["accuracy"] == 0.9 and t1["narration"]["accuracy"] == 0.1
+    assert t0["memory"]["accuracy"] == 0.8 and t1["memory"] is None
+    md = render_markdown(s)
+    assert "| libero_spatial | 0 | 100.0% | 4 | 100.0 ± 0.0 | 90.0% | 80.0% |" in md
+    assert "| libero_spatial | 1 | 50.0% | 4 | 50.0 ± 635.3 | 10.0% | n/a |" in md
+    # one task: the suite row says it all, no task table
+    assert "| suite | task |" not in render_markdown(summarize([rec(ep=0), rec(ep=1)]))
