@@ -31,7 +31,13 @@ def test_the_report_counts_clean_and_perturbed_successes_on_kept_scenes_per_task
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     assert run(parser.parse_args(["libero", "--report", "--out", str(tmp_path)])) == 0
-    assert "| **all** | 5 | 1 | 1/2 (50%) | 1/2 (50%) | 400 | 2.0 |" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "| **all** | 5 | 1 | 1/2 (50%) | 1/2 (50%) | 400 | 2.0 |" in printed
+    assert printed.startswith("Driven by the state expert;")  # no manifest here
+    (tmp_path / "dataset.json").write_text(json.dumps({"config": {"dagger_checkpoint": "libero-spatial",
+                                                                  "dagger_beta": 0.0}}))
+    assert run(parser.parse_args(["libero", "--report", "--out", str(tmp_path)])) == 0
+    assert capsys.readouterr().out.startswith("Driven by policy libero-spatial (expert chunks with probability 0.0);")
 
 
 def test_a_folder_without_an_attempt_log_is_a_clear_error(tmp_path):

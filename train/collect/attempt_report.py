@@ -1,13 +1,15 @@
 """What a collection did, per task, from its attempt log (`oxygen-gym collect libero --report --out D`): how often
-the clean expert and the perturbed one succeeded on the scenes it kept, how many scenes it rejected and why, and
-the time the episodes took. Read from attempts.jsonl alone, so it works on a collection still running."""
+variant 0 (the clean expert, or with --dagger the driving policy) and the later variants (perturbed or noisy)
+succeeded on the scenes it kept, how many scenes it rejected, and the time the episodes took. Read from
+attempts.jsonl and dataset.json alone, so it works on a collection still running; with `--dagger CHECKPOINT
+--dagger-beta 0` it is a closed-loop check of that policy on fresh scenes, per task."""
 from __future__ import annotations
 
 import json
 from collections import defaultdict
 from pathlib import Path
 
-from .collector import ATTEMPTS
+from .collector import ATTEMPTS, MANIFEST
 
 
 def attempt_records(out: str | Path) -> list[dict]:
@@ -44,12 +46,22 @@ def attempt_report(records: list[dict]) -> dict:
     return {key: dict(rows[key]) for key in sorted((k for k in rows if k != "all"), key=int) + ["all"] if key in rows}
 
 
-def format_report(report: dict) -> str:
+def driver(out: str | Path) -> str:
+    """Who drove the collection's episodes, from its manifest: the state expert, or a DAgger policy and its beta."""
+    manifest = Path(out) / MANIFEST
+    config = json.loads(manifest.read_text()).get("config", {}) if manifest.is_file() else {}
+    if config.get("dagger_checkpoint"):
+        return f"policy {config['dagger_checkpoint']} (expert chunks with probability {config.get('dagger_beta')})"
+    return "the state expert" + (" (later variants perturbed)" if config.get("perturb_rate") else "")
+
+
+def format_report(report: dict, driven_by: str = "the state expert") -> str:
     """The report as a markdown table."""
     def rate(ok: int, n: int) -> str:
         return f"{ok}/{n} ({100.0 * ok / n:.0f}%)" if n else "-"
 
-    lines = ["| task | attempts | rejected scenes | clean expert | perturbed | steps | worker min |",
+    lines = [f"Driven by {driven_by}; success on kept scenes.", "",
+             "| task | attempts | rejected scenes | variant 0 | variants 1+ | steps | worker min |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for key, row in report.items():
         name = "**all**" if key == "all" else str(key)

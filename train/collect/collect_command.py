@@ -108,10 +108,10 @@ def _init_states(args: argparse.Namespace) -> tuple[int, ...]:
 
 def run(args: argparse.Namespace) -> int:
     if args.report:
-        from .attempt_report import attempt_records, attempt_report, format_report
+        from .attempt_report import attempt_records, attempt_report, driver, format_report
 
         try:
-            print(format_report(attempt_report(attempt_records(args.out))))
+            print(format_report(attempt_report(attempt_records(args.out)), driver(args.out)))
         except ValueError as e:
             print(f"oxygen-gym collect: {e}", file=sys.stderr)
             return 2
