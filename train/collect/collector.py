@@ -258,6 +258,7 @@ def run_expert_episode(cfg: CollectConfig, key: EpisodeKey) -> tuple[EpisodeKey,
             policy = TemporalEnsemble(policy, replan=replan, decay=cfg.dagger_ensemble)
         actor = MixedActor(policy, cfg.dagger_beta, replan, rng)
     steps: dict[str, list] = {k: [] for k in ("agentview", "wrist", "ee", "grip", "joints", "act", "exec", "states", "sub", "mem")}
+
     def stored(image: np.ndarray) -> np.ndarray:
         return image if cfg.image_size is None else resize_with_pad(image, cfg.image_size, cfg.image_size)
 
