@@ -24,9 +24,10 @@ CONNECTIONS, MESSAGES, OVER_CAP, WARMUP, BURSTS = 4, 4, 2, 2, 4
 # the warm-up bursts, then growth over the BURSTS measured bursts of +3.2, +6.8, +10.1 MB in three runs (an earlier
 # variant with 3 connections and 3 bursts: +16.7, +3.8, +13.7): glibc's arenas settle, flat by the last bursts.
 # With every received message kept in a module-level list in server.py (the deliberate bug, not committed) the growth
-# was +144.8 MB (4 bursts x 16 messages of 2 MB) and this test failed. Bound: the largest growth seen (16.7) rounded up
-# to 20, times 1.5 -> 30 MB, a quarter of what 4 bursts of retention would add (128 MB).
-BOUND_MB = 30
+# was +144.8 MB (4 bursts x 16 messages of 2 MB) and this test failed. On an AVX-512 EPYC beside a 2-worker LIBERO
+# collection (numpy 1.26, `make test-min`, 2026-12-07) one run grew +38.4 MB (614 -> 653), and two runs alone passed.
+# Bound: that largest growth seen, times 1.3 -> 50 MB, still well under what 4 bursts of retention add (128 MB).
+BOUND_MB = 50
 
 
 def _rss_mb(pid: int) -> float:
