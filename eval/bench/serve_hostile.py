@@ -219,8 +219,10 @@ class Attack:
 
     async def talker(self, pause: float) -> None:
         """Send the kind's messages on one connection (for `oversized`, an over-cap one second and every fifth after),
-        count the replies; reconnect when closed. The robot starts once the first message (for `oversized`, the first
-        two: a named refusal and a close) is on its way, so even a two-call phase meets each refusal."""
+        count the replies; reconnect when closed. The robot starts once the first message is on its way (for
+        `oversized`, once the first two have met their refusals, a named error and the server's close: on a loaded
+        machine the close of a message over the cap can come after a two-call phase ends), so even a two-call phase
+        meets each refusal."""
         from websockets.exceptions import ConnectionClosed
 
         msgs, c, i, first = self.messages[self.kind], self.counts, 0, self._started()
@@ -238,8 +240,8 @@ class Attack:
                     c["sent"] += 1
                     t0 = time.perf_counter()
                     await ws.send(m)
-                    if self.kind != "oversized" or i >= 2:
-                        first.set()
+                    if self.kind != "oversized":
+                        first.set()  # oversized: set below, once the server has closed on the over-cap message
                     reply = await asyncio.wait_for(ws.recv(), REPLY_TIMEOUT_S)
                     self._reply(reply, 1e3 * (time.perf_counter() - t0))
                     if pause:
@@ -471,6 +473,14 @@ class HealthPoller(threading.Thread):
             self.samples.append((t0, time.monotonic(), ms))
             self.in_flight_since = None
             self.halt.wait(HEALTHZ_EVERY_S)
+
+    def wait_for_poll_since(self, t0: float) -> None:
+        """Block until a poll sent at or after t0 has ended (up to its timeout): a phase lasts at least one health
+        poll, so a short phase on a loaded machine still measures /healthz under its attack."""
+        deadline = time.monotonic() + HEALTHZ_EVERY_S + self.timeout_s + 1.0
+        while (not any(sent >= t0 for sent, _, _ in list(self.samples)) and not self.halt.is_set()
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
 
     def between(self, t0: float, t1: float) -> dict:
         """The polls that saw the server between t0 and t1: sent before t1 and answered (or failed) after t0. A poll
@@ -799,6 +809,7 @@ def run(args: argparse.Namespace) -> int:
                 try:
                     asyncio.run(_robot_phase(server.uri, messages, calls, args.warmup, args.call_timeout,
                                              lat[phase], robot_errors, info))
+                    poller.wait_for_poll_since(t0)  # the attack runs on until a health poll has seen it
                 finally:
                     if phase != "alone":
                         _add(attacks, phase, attackers.stop())
