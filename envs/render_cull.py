@@ -16,9 +16,10 @@ every image with culling against MuJoCo's own render.
 It works by hiding the culled geoms' group for one `mjv_updateScene` (the model's `geom_group`, restored right after),
 so MuJoCo builds the scene it always does, less those geoms, in the same order.
 
-The mirrored pass itself is skipped when no geom with reflectance is in view (the wrist camera, most of an
-episode): MuJoCo draws it through a stencil made of the reflecting face's own pixels, so with that face off screen it
-draws every triangle of the scene a second time for no pixel. The reflection flag is turned off for that one image.
+The mirrored pass itself is skipped when no mirror (a plane or box with reflectance) is in view (the wrist camera,
+most of an episode): MuJoCo draws it through a stencil made of the mirror's own pixels (a box's sides included), so
+with the mirror off screen it draws every triangle of the scene a second time for no pixel. The reflection flag is
+turned off for that one image.
 """
 from __future__ import annotations
 
