@@ -14,6 +14,13 @@ from .experts import (BOWL_RIM, LIFT_HEIGHT, OSC_POS_SCALE, SubtaskLabeller, gra
                       tilted_rim, upright_axis)
 
 APPROACH = np.array([0.0, 0.0, 0.12])  # above the grasp point, as PickPlaceExpert approaches
+# World z the approach point never rises above. Over the wooden cabinet (libero_spatial task 9) the grasp point is
+# ~1.16 m high and APPROACH put the hand at ~1.28 m: above the cabinet's middle the Panda's elbow is then nearly
+# straight (joint 4 within 0.2 rad of its limit), the OSC cannot move the hand back toward the base, and an overshoot
+# of ~2 cm past the grasp point was never corrected ("above" and "down" alternated to the step limit: 16 of 50 fresh
+# scenes, every one with the bowl at x 0.007-0.041 m; `docs/libero-suite.md`). 6 cm above that grasp point the arm is
+# bent enough. The table and drawer approaches (at most ~1.21 m) are below the ceiling and unchanged.
+APPROACH_CEILING = 1.22
 OVER = np.array([0.0, 0.0, 0.15])  # above the target to carry to
 LOWER = np.array([0.0, 0.0, 0.06])  # above the target to open at (default; `place_height` sets its height)
 REACHED = 0.015  # metres: at a waypoint
@@ -27,6 +34,14 @@ SLOW_LIFT_UNTIL = 0.05  # metres above its resting height: how high the object r
 OSC_ROT_SCALE = 0.5  # radians per rotation action unit (robots[0].controller.output_max[3:])
 YAW_ALIGNED = np.deg2rad(5.0)  # finger axis within this of the grasp direction: descending is safe
 ON_XY = 0.03  # metres: LIBERO's `On` holds only with the object's centre this near the target's (check_ontop)
+
+
+def approach_point(grasp: np.ndarray) -> np.ndarray:
+    """Where the hand waits above the grasp point before descending: APPROACH above it, but no higher than
+    APPROACH_CEILING (and never below the grasp point)."""
+    point = grasp + APPROACH
+    point[2] = max(float(grasp[2]), min(float(point[2]), APPROACH_CEILING))
+    return point
 
 
 def lowering_waypoint(target: np.ndarray, place_height: float | None = None, rim: np.ndarray = BOWL_RIM) -> np.ndarray:
@@ -91,7 +106,7 @@ def state_phase(eef: np.ndarray, finger_gap: float, obj: np.ndarray, target: np.
         return "close"  # at the grasp point
     if finger_gap < OPEN_GAP:
         return "open"  # (half) closed but not holding: a missed or lost grasp; open before approaching again
-    if aligned and np.linalg.norm((eef - grasp)[:2]) < ALIGNED and eef[2] < grasp[2] + APPROACH[2] + REACHED:
+    if aligned and np.linalg.norm((eef - grasp)[:2]) < ALIGNED and eef[2] < approach_point(grasp)[2] + REACHED:
         return "down"
     return "above"
 
@@ -109,7 +124,7 @@ def phase_action(phase: str, eef: np.ndarray, obj: np.ndarray, target: np.ndarra
     if lift_z > LIFT_HEIGHT:
         over[2] = max(over[2], lift_z)
     goal = {
-        "above": grasp + APPROACH, "down": grasp, "close": grasp, "open": eef,
+        "above": approach_point(grasp), "down": grasp, "close": grasp, "open": eef,
         "lift": np.array([eef[0], eef[1], lift_z]), "over": over,
         "lower": lowering_waypoint(target, place_height, eef - obj), "release": eef,
         "retreat": np.array([eef[0], eef[1], lift_z]),

@@ -406,7 +406,7 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
     all_inits = sorted(set(cfg.init_states) | set(before.get("init_states", [])))
     all_scenes = sorted(set(cfg.fresh_scenes) | set(before.get("fresh_scenes", [])))
     manifest.write_text(json.dumps({"config": cfg.to_json(), "init_states": all_inits, "fresh_scenes": all_scenes,
-                                    "tasks": sorted(set(cfg.tasks)),
+                                    "tasks": sorted(set(cfg.tasks) | set(before.get("tasks", []))),
                                     "format": "LIBERO HDF5 (train/collect/libero_hdf5.py)"}, indent=1))
     counts = {"attempted_before": len(attempted), "ran": 0, "kept": 0, "failed": 0, "succeeded": 0}
     if not pending:
