@@ -244,3 +244,15 @@ def test_a_soft_reset_draws_the_scene_a_hard_reset_draws_with_objects_on_fixture
         finally:
             env.close()
     np.testing.assert_array_equal(draws[True], draws[False])
+
+
+def test_a_collection_run_for_one_task_keeps_the_tasks_collected_before_in_the_manifest(tmp_path):
+    """Re-collecting one task into a suite's folder (task 9 after an expert fix) must not make the manifest forget the
+    other nine."""
+    cfg = CollectConfig(init_states=(), fresh_scenes=(0,), tasks=(9,), variants=1)
+    before = CollectConfig(init_states=(), fresh_scenes=(0,), tasks=tuple(range(9)), variants=1)
+    (tmp_path / "dataset.json").write_text(json.dumps({"config": before.to_json(), "init_states": [],
+                                                       "fresh_scenes": [0], "tasks": list(range(9))}))
+    (tmp_path / ATTEMPTS).write_text(json.dumps({"episode": cfg.episodes()[0].name}) + "\n")  # nothing left to run
+    assert collect(cfg, tmp_path, progress=False)["ran"] == 0
+    assert json.loads((tmp_path / "dataset.json").read_text())["tasks"] == list(range(10))
