@@ -127,18 +127,19 @@ libero-spatial-suite-model: install
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/oxygen-gym train --data $(SUITE_DATA) --config compact --steps $(SUITE_STEPS) \
 		$(filter-out --val-scenes 0-3,$(TRAIN_FLAGS)) --val-scenes 0-1 --out $(SUITE_RUN)
 
-# One DAgger round on the suite model (docs/libero-suite.md): the model drives on fresh scenes 100-139 of each task in
-# SUITE_DAGGER_TASKS (the weak ones first; rollouts are kept whether or not they succeed), the state expert labels every
+# One DAgger round on the suite model (docs/libero-suite.md): the model drives on fresh scenes SUITE_DAGGER_SCENES of
+# each task in SUITE_DAGGER_TASKS (the weak ones first; rollouts are kept whether or not they succeed), the state expert labels every
 # visited state and executes a chunk with probability 0.3; then a fine-tune from the model on the expert demos and the
 # rollouts mixed 0.6 / 0.4. Each task's collection and the fine-tune resume when rerun.
 SUITE_MODEL ?= $(SUITE_RUN)/model
 SUITE_DAGGER ?= data/libero-spatial-suite-dagger1
 SUITE_DAGGER_TASKS ?= 5 6 2 8 0 7
+SUITE_DAGGER_SCENES ?= 100-139
 SUITE_FINETUNE_RUN ?= runs/train-libero-spatial-suite-dagger1
 SUITE_FINETUNE_STEPS ?= 3000
 libero-spatial-suite-dagger: install
 	for t in $(SUITE_DAGGER_TASKS); do \
-		$(BIN)/oxygen-gym collect libero --suite libero_spatial --tasks $$t --fresh-scenes 100-139 --variants 1 \
+		$(BIN)/oxygen-gym collect libero --suite libero_spatial --tasks $$t --fresh-scenes $(SUITE_DAGGER_SCENES) --variants 1 \
 			--release-xy-cm 2.5 --lift-speed 0.5 --image-size 96 --workers 2 --dagger $(SUITE_MODEL) --dagger-beta 0.3 \
 			--out $(SUITE_DAGGER) || exit 1; \
 	done
