@@ -112,8 +112,9 @@ libero-spatial-memory: install
 # SUITE_DATA outside the work tree where the work tree is laid anew between sittings.
 SUITE_DATA ?= data/libero-spatial-suite
 SUITE_SCENES ?= 50
-SUITE_COLLECT := --suite libero_spatial --tasks 0-9 --variants 2 --perturb 0.15 --max-settle-cm 5 --release-xy-cm 2.5 \
-	--lift-speed 0.5 --image-every 2 --image-size 96 --workers 2
+SUITE_EXPERT := --release-xy-cm 2.5 --lift-speed 0.5 --image-size 96 --workers 2
+SUITE_COLLECT := --suite libero_spatial --tasks 0-9 --variants 2 --perturb 0.15 --max-settle-cm 5 --image-every 2 \
+	$(SUITE_EXPERT)
 libero-spatial-suite-data: install
 	for a in $$(seq 0 5 $$(($(SUITE_SCENES) - 1))); do \
 		$(BIN)/oxygen-gym collect libero $(SUITE_COLLECT) --fresh-scenes $$a-$$(($$a + 4)) --out $(SUITE_DATA) || exit 1; \
@@ -123,9 +124,10 @@ libero-spatial-suite-data: install
 # scenes 0-1 of every task held out for checkpoint choice; resumes when rerun. The model lands in $(SUITE_RUN)/model.
 SUITE_RUN ?= runs/train-libero-spatial-suite
 SUITE_STEPS ?= 10000
+SUITE_TRAIN := --config compact $(filter-out --val-scenes 0-3,$(TRAIN_FLAGS)) --val-scenes 0-1
 libero-spatial-suite-model: install
-	OMP_WAIT_POLICY=PASSIVE $(BIN)/oxygen-gym train --data $(SUITE_DATA) --config compact --steps $(SUITE_STEPS) \
-		$(filter-out --val-scenes 0-3,$(TRAIN_FLAGS)) --val-scenes 0-1 --out $(SUITE_RUN)
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/oxygen-gym train --data $(SUITE_DATA) --steps $(SUITE_STEPS) $(SUITE_TRAIN) \
+		--out $(SUITE_RUN)
 
 # One DAgger round on the suite model (docs/libero-suite.md): the model drives on fresh scenes SUITE_DAGGER_SCENES of
 # each task in SUITE_DAGGER_TASKS (the weak ones first; rollouts are kept whether or not they succeed), the state expert labels every
@@ -140,9 +142,7 @@ SUITE_FINETUNE_STEPS ?= 3000
 libero-spatial-suite-dagger: install
 	for t in $(SUITE_DAGGER_TASKS); do \
 		$(BIN)/oxygen-gym collect libero --suite libero_spatial --tasks $$t --fresh-scenes $(SUITE_DAGGER_SCENES) --variants 1 \
-			--release-xy-cm 2.5 --lift-speed 0.5 --image-size 96 --workers 2 --dagger $(SUITE_MODEL) --dagger-beta 0.3 \
-			--out $(SUITE_DAGGER) || exit 1; \
+			$(SUITE_EXPERT) --dagger $(SUITE_MODEL) --dagger-beta 0.3 --out $(SUITE_DAGGER) || exit 1; \
 	done
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/oxygen-gym train --data $(SUITE_DATA),$(SUITE_DAGGER) --data-mix 0.6,0.4 \
-		--init $(SUITE_MODEL) --steps $(SUITE_FINETUNE_STEPS) --lr 3e-4 --warmup 100 --config compact \
-		$(filter-out --val-scenes 0-3,$(TRAIN_FLAGS)) --val-scenes 0-1 --out $(SUITE_FINETUNE_RUN)
+		--init $(SUITE_MODEL) --steps $(SUITE_FINETUNE_STEPS) --lr 3e-4 --warmup 100 $(SUITE_TRAIN) --out $(SUITE_FINETUNE_RUN)
